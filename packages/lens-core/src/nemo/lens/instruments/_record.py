@@ -1,0 +1,370 @@
+"""`record_metrics`: the per-step recording path.
+
+It sits in a training loop, so it never raises an `Exception` into the caller, logs each
+distinct failure once, and keeps the common case to a few dictionary look-ups plus the
+SDK call. Everything that can go wrong is handled on a slow path beside the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import sys
+import weakref
+from collections.abc import Mapping
+from typing import Any, Final
+
+from opentelemetry.metrics import NoOpMeter
+from opentelemetry.metrics._internal import _ProxyMeter
+
+from nemo.lens.instruments import _registry
+from nemo.lens.instruments._registry import (
+    GROUPS,
+    UNREGISTERED,
+    MeterCache,
+    MetricGroup,
+    warn_once,
+)
+from nemo.lens.instruments._spec import METRIC_KINDS
+
+__all__ = ["record_metrics"]
+
+_logger = logging.getLogger(__name__)
+
+# The largest int that converts to a float without OverflowError.
+_INT_LIMIT: Final = int(sys.float_info.max)
+_SCALAR_ATTRIBUTE_TYPES: Final = (str, bool, int, float)
+
+
+def record_metrics(
+    meter: Any,
+    group: str,
+    values: Mapping[str, object] | None = None,
+    /,
+    *,
+    attributes: Mapping[str, object] | None = None,
+    **kwargs: object,
+) -> None:
+    """Record one value per key of a registered group; never raises an `Exception`.
+
+    Args:
+        meter: The meter to record on, usually `handle.meter`. A no-op meter, or the
+            global proxy before an SDK provider is installed, returns at once.
+        group: A name given to `register_metric_group`.
+        values: Key -> value. Merged with `kwargs`; `kwargs` win.
+        attributes: Attributes attached to every point of this call.
+        **kwargs: Key -> value, for keys that are identifiers (`meter`, `group` and
+            `values` included).
+
+    `None` values are skipped silently. Anything else that cannot be recorded (an
+    unknown group or key, a bool, NaN, infinity, a non-number, a negative value for a
+    counter or histogram, a malformed attribute, an unusable meter, a failing SDK call)
+    is skipped with one WARNING per distinct problem, and every other key still records.
+    """
+    try:
+        meter_type = type(meter)
+        if meter_type is NoOpMeter:
+            return
+        if meter_type is _ProxyMeter:
+            # The global proxy forwards once an SDK provider exists; record on the real
+            # meter directly so the cache and the call skip the proxy.
+            meter = meter._real_meter
+            if meter is None or type(meter) is NoOpMeter:
+                return
+        state = GROUPS.get(group)
+        if state is None:
+            _warn_unregistered(group)
+            return
+        cache = state.meters.get(id(meter))
+        if cache is None or cache.ref() is not meter:
+            cache = _attach(state, meter)
+            if cache is None:
+                return
+        items = kwargs if values is None else _merge(state, values, kwargs)
+        if attributes is not None:
+            attributes = _clean_attributes(state, attributes)
+        emitters = cache.emitters
+        non_negative_keys = state.non_negative_keys
+        for key, value in items.items():
+            if value is None:
+                continue
+            emit = emitters.get(key)
+            if emit is None:
+                emit = _create_emitter(state, cache, meter, key)
+                if emit is None:
+                    continue
+            value_type = type(value)
+            if value_type is float:
+                if value - value != 0.0:  # NaN or infinity
+                    _warn_value(state, key, value, "it is not finite")
+                    continue
+            elif value_type is not int or not -_INT_LIMIT <= value <= _INT_LIMIT:
+                value = _coerce(state, key, value)
+                if value is None:
+                    continue
+            if value < 0 and key in non_negative_keys:
+                _warn_value(state, key, value, "this kind only accepts values >= 0")
+                continue
+            try:
+                emit(value, attributes)
+            except Exception as exc:
+                warn_once(
+                    state,
+                    ("emit", key),
+                    "record_metrics: recording key %r of group %r failed (%s: %s); the "
+                    "value was dropped",
+                    key,
+                    state.name,
+                    type(exc).__name__,
+                    exc,
+                )
+    except Exception as exc:  # a defect in lens itself: still never break the step
+        warn_once(
+            UNREGISTERED,
+            ("internal", type(exc).__name__),
+            "record_metrics: unexpected %s (%s); the call was skipped",
+            type(exc).__name__,
+            exc,
+        )
+
+
+def _safe_repr(obj: object) -> str:
+    try:
+        return repr(obj)[:200]
+    except Exception:
+        return f"<{type(obj).__name__} with a failing repr>"
+
+
+def _warn_unregistered(group: object) -> None:
+    memory_key = group if type(group) is str else ("non-string", _safe_repr(group))
+    warn_once(
+        UNREGISTERED,
+        memory_key,
+        "record_metrics: metric group %s is not registered; nothing was recorded. "
+        "Declare it with register_metric_group(); registered groups: %s",
+        _safe_repr(group),
+        sorted(GROUPS),
+    )
+
+
+def _attach(state: MetricGroup, meter: Any) -> MeterCache | None:
+    """Create the cache for a meter seen for the first time, or None if unusable."""
+    meter_id = id(meter)
+    meters = state.meters
+
+    def forget(ref: Any) -> None:
+        cache = meters.get(meter_id)
+        if cache is not None and cache.ref is ref:
+            del meters[meter_id]
+
+    try:
+        ref = weakref.ref(meter, forget)
+        usable = all(callable(getattr(meter, create)) for create, _ in METRIC_KINDS.values())
+    except Exception as exc:
+        reason = f"it cannot be held weakly ({type(exc).__name__}: {exc})"
+    else:
+        if usable:
+            with _registry.lock:
+                cache = meters.get(meter_id)
+                if cache is None or cache.ref() is not meter:
+                    cache = meters[meter_id] = MeterCache(ref)
+            return cache
+        reason = "it lacks the create_counter/create_gauge/create_histogram methods"
+    warn_once(
+        state,
+        ("meter", type(meter).__qualname__),
+        "record_metrics: %s of type %s cannot be used as a meter for group %r: %s; "
+        "nothing was recorded",
+        _safe_repr(meter),
+        type(meter).__qualname__,
+        state.name,
+        reason,
+    )
+    return None
+
+
+def _merge(
+    state: MetricGroup, values: object, kwargs: dict[str, object]
+) -> Mapping[object, object]:
+    """Merge the positional mapping with the keyword values, keywords winning."""
+    if type(values) is dict:
+        if not kwargs:
+            return values
+        merged: dict[object, object] = dict(values)
+    elif isinstance(values, Mapping):
+        merged = {}
+        try:
+            for key, value in values.items():
+                merged[key] = value
+        except Exception as exc:
+            warn_once(
+                state,
+                ("values", "unreadable"),
+                "record_metrics: the values mapping for group %r could not be read fully "
+                "(%s: %s); the keys read so far still record",
+                state.name,
+                type(exc).__name__,
+                exc,
+            )
+    else:
+        warn_once(
+            state,
+            ("values", "non-mapping"),
+            "record_metrics: values for group %r must be a mapping of key -> number, got "
+            "%s; it was ignored and keyword values still record",
+            state.name,
+            type(values).__name__,
+        )
+        return kwargs
+    merged.update(kwargs)
+    return merged
+
+
+def _create_emitter(
+    state: MetricGroup, cache: MeterCache, meter: Any, key: object
+) -> Any:
+    """Return the record method for `key`, creating its instrument on first use."""
+    spec = state.spec_by_key.get(key) if type(key) is str else None
+    if spec is None:
+        if type(key) is str:
+            warn_once(
+                state,
+                ("unknown-key", key),
+                "record_metrics: key %r is not declared in group %r; it was skipped. "
+                "Declared keys: %s",
+                key,
+                state.name,
+                sorted(state.spec_by_key),
+            )
+        else:
+            warn_once(
+                state,
+                ("values", "key-type"),
+                "record_metrics: values for group %r hold a non-string key %s; it was "
+                "skipped and the string keys still record",
+                state.name,
+                _safe_repr(key),
+            )
+        return None
+    create_name, record_name = METRIC_KINDS[spec.kind]
+    error: Exception | None = None
+    with _registry.lock:
+        emit = cache.emitters.get(spec.key)
+        if emit is None and spec.key not in cache.failed:
+            try:
+                instrument = getattr(meter, create_name)(
+                    spec.name, unit=spec.unit, description=spec.description
+                )
+                emit = getattr(instrument, record_name)
+            except Exception as exc:
+                cache.failed.add(spec.key)
+                error = exc
+            else:
+                cache.emitters[spec.key] = emit
+    if error is not None:
+        warn_once(
+            state,
+            ("create", spec.key),
+            "record_metrics: creating %s %r for key %r of group %r failed (%s: %s); this key "
+            "is skipped on this meter until the group is registered again",
+            spec.kind,
+            spec.name,
+            spec.key,
+            state.name,
+            type(error).__name__,
+            error,
+        )
+    return emit
+
+
+def _coerce(state: MetricGroup, key: str, value: object) -> int | float | None:
+    """Turn any accepted real number into a Python int or float, or warn and give None."""
+    reason = "it is not a real number"
+    try:
+        if isinstance(value, bool):
+            reason = "bool is not accepted as a number"
+        elif isinstance(value, numbers.Integral):
+            number: int | float = int(value)
+            if -_INT_LIMIT <= number <= _INT_LIMIT:
+                return number
+            reason = "it is too large to convert to a float"
+        elif isinstance(value, numbers.Real):
+            number = float(value)
+            if math.isfinite(number):
+                return number
+            reason = "it is not finite"
+    except Exception as exc:
+        reason = f"converting it failed ({type(exc).__name__})"
+    _warn_value(state, key, value, reason)
+    return None
+
+
+def _warn_value(state: MetricGroup, key: str, value: object, reason: str) -> None:
+    warn_once(
+        state,
+        ("value", key),
+        "record_metrics: value %s for key %r of group %r was skipped: %s",
+        _safe_repr(value),
+        key,
+        state.name,
+        reason,
+    )
+
+
+def _clean_attributes(state: MetricGroup, attributes: object) -> Mapping[str, object] | None:
+    """Return the attributes to send, dropping entries the SDK cannot carry."""
+    if type(attributes) is dict:
+        # The common case: every entry already valid, so pass the caller's dict as is.
+        for key, value in attributes.items():
+            if type(key) is not str or not key or type(value) not in _SCALAR_ATTRIBUTE_TYPES:
+                break
+        else:
+            return attributes
+    elif not isinstance(attributes, Mapping):
+        warn_once(
+            state,
+            ("attributes", "non-mapping"),
+            "record_metrics: attributes for group %r must be a mapping, got %s; the values "
+            "were recorded without attributes",
+            state.name,
+            type(attributes).__name__,
+        )
+        return None
+    cleaned: dict[str, object] = {}
+    dropped: list[str] = []
+    try:
+        entries = list(attributes.items())
+    except Exception:
+        entries = []
+        dropped.append("<unreadable mapping>")
+    for key, value in entries:
+        clean_value = _clean_attribute_value(value)
+        if type(key) is str and key and clean_value is not None:
+            cleaned[key] = clean_value
+        else:
+            dropped.append(_safe_repr(key))
+    if dropped:
+        warn_once(
+            state,
+            ("attributes", "entry"),
+            "record_metrics: attributes %s for group %r were dropped: keys must be non-empty "
+            "strings and values str, bool, int, float or a sequence of one of those; the "
+            "values were still recorded",
+            ", ".join(dropped),
+            state.name,
+        )
+    return cleaned
+
+
+def _clean_attribute_value(value: object) -> object:
+    """Return the value as OpenTelemetry accepts it, or None when it cannot carry it."""
+    if type(value) in _SCALAR_ATTRIBUTE_TYPES:
+        return value
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        return None
+    element_types = {type(element) for element in value}
+    if len(element_types) > 1 or not element_types <= set(_SCALAR_ATTRIBUTE_TYPES):
+        return None
+    # A tuple, because older SDKs hash attribute values when aggregating.
+    return tuple(value)

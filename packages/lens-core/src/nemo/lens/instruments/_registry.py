@@ -1,0 +1,205 @@
+"""The process-global table of metric groups, its lock, and its fork handling.
+
+A group's state object also carries what recording learns about it (instrument caches
+per meter, warning memory). Re-registering a group swaps in a fresh state object, so a
+new definition never reuses an old instrument and its warnings start afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Final
+
+from nemo.lens.errors import LensTypeError, LensValueError
+from nemo.lens.instruments._spec import NON_NEGATIVE_KINDS, MetricSpec
+
+__all__ = [
+    "MeterCache",
+    "MetricGroup",
+    "register_metric_group",
+    "registered_metric_groups",
+    "unregister_metric_group",
+]
+
+_logger = logging.getLogger(__name__)
+
+#: Distinct warnings remembered per group; past it, one last line says the rest are muted.
+WARNING_CAP: Final = 100
+
+
+class MeterCache:
+    """The instruments one group has created on one meter, which it holds weakly."""
+
+    __slots__ = ("emitters", "failed", "ref")
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+        #: key -> the bound record method (`set`, `add` or `record`) of its instrument.
+        self.emitters: dict[str, Callable[..., object]] = {}
+        #: keys whose instrument could not be created on this meter.
+        self.failed: set[str] = set()
+
+
+class MetricGroup:
+    """A registered group: its specs and what recording has learned about it."""
+
+    __slots__ = ("capped", "meters", "name", "non_negative_keys", "spec_by_key", "specs", "warned")
+
+    def __init__(self, name: str, specs: tuple[MetricSpec, ...]) -> None:
+        self.name = name
+        self.specs = specs
+        self.spec_by_key = {spec.key: spec for spec in specs}
+        self.non_negative_keys = frozenset(
+            spec.key for spec in specs if spec.kind in NON_NEGATIVE_KINDS
+        )
+        #: id(meter) -> its cache; the cache's weak reference removes the entry.
+        self.meters: dict[int, MeterCache] = {}
+        self.warned: dict[Hashable, object] = {}
+        self.capped = False
+
+
+# Mutated in place, never rebound, so the recording module can bind it once.
+GROUPS: Final[dict[str, MetricGroup]] = {}
+# Warning memory for calls naming a group that is not registered.
+UNREGISTERED: Final = MetricGroup("<unregistered>", ())
+
+# One lock guards registration and instrument creation. It is taken across fork() and
+# replaced in the child, as CPython's logging does, so a child never inherits it held.
+lock = threading.Lock()
+
+
+def _acquire_before_fork() -> None:
+    lock.acquire()
+
+
+def _release_in_parent() -> None:
+    lock.release()
+
+
+def _replace_in_child() -> None:
+    global lock
+    lock = threading.Lock()
+
+
+os.register_at_fork(
+    before=_acquire_before_fork,
+    after_in_parent=_release_in_parent,
+    after_in_child=_replace_in_child,
+)
+
+
+def warn_once(group: MetricGroup, memory_key: Hashable, message: str, *args: object) -> None:
+    """Log `message` at WARNING unless `group` has already logged `memory_key`."""
+    warned = group.warned
+    if memory_key in warned:
+        return
+    if len(warned) >= WARNING_CAP:
+        if not group.capped:
+            group.capped = True
+            _logger.warning(
+                "record_metrics: group %r reached %d distinct warnings; further warnings "
+                "for this group are suppressed",
+                group.name,
+                WARNING_CAP,
+            )
+        return
+    token = object()
+    # setdefault is atomic under the GIL: only the first thread gets its own token back.
+    if warned.setdefault(memory_key, token) is token:
+        _logger.warning(message, *args)
+
+
+def register_metric_group(
+    group: str, specs: Iterable[MetricSpec], *, allow_override: bool = False
+) -> None:
+    """Declare a metric group once; `record_metrics(meter, group, ...)` then records it.
+
+    Args:
+        group: The group's name, a non-empty string.
+        specs: The group's `MetricSpec`s, kept as a tuple in declaration order.
+        allow_override: Replace an existing group of this name. Its instrument caches and
+            warning memory are dropped, so the new definition applies from the next record.
+
+    Raises:
+        ValueError: The group name is empty or not a string, there are no specs, a key or
+            a name repeats, or the group exists and `allow_override` is false.
+        TypeError: `specs` is not iterable, or an item is not a `MetricSpec`.
+    """
+    if not isinstance(group, str) or not group.strip():
+        raise LensValueError(
+            f"register_metric_group: group must be a non-empty string, got {group!r}"
+        )
+    try:
+        spec_tuple = tuple(specs)
+    except TypeError as exc:
+        raise LensTypeError(
+            f"register_metric_group: specs must be an iterable of MetricSpec, got "
+            f"{type(specs).__name__}"
+        ) from exc
+    if not spec_tuple:
+        raise LensValueError(
+            f"register_metric_group: group {group!r} has no specs; pass at least one MetricSpec"
+        )
+    keys: set[str] = set()
+    names: set[str] = set()
+    for index, spec in enumerate(spec_tuple):
+        if not isinstance(spec, MetricSpec):
+            raise LensTypeError(
+                f"register_metric_group: specs[{index}] must be a MetricSpec, got "
+                f"{type(spec).__name__} ({spec!r})"
+            )
+        if spec.key in keys:
+            raise LensValueError(
+                f"register_metric_group: key {spec.key!r} appears twice in group {group!r}; "
+                "each key must be unique within its group"
+            )
+        if spec.name in names:
+            raise LensValueError(
+                f"register_metric_group: name {spec.name!r} appears twice in group {group!r}; "
+                "each instrument name must be unique within its group"
+            )
+        keys.add(spec.key)
+        names.add(spec.name)
+    with lock:
+        if group in GROUPS and not allow_override:
+            raise LensValueError(
+                f"register_metric_group: group {group!r} is already registered; pass "
+                "allow_override=True to replace it"
+            )
+        GROUPS[group] = MetricGroup(group, spec_tuple)
+
+
+def unregister_metric_group(group: str) -> None:
+    """Drop a group with its instrument caches and warning memory.
+
+    Raises:
+        ValueError: No group of that name is registered.
+    """
+    with lock:
+        try:
+            del GROUPS[group]
+        except (KeyError, TypeError):
+            registered = sorted(GROUPS)
+        else:
+            return
+    raise LensValueError(
+        f"unregister_metric_group: group {group!r} is not registered; registered groups: "
+        f"{registered}"
+    )
+
+
+def registered_metric_groups() -> dict[str, tuple[MetricSpec, ...]]:
+    """Return a snapshot of every registered group: name -> its specs in order."""
+    with lock:
+        return {name: state.specs for name, state in GROUPS.items()}
+
+
+def clear() -> None:
+    """Drop every group (lens's own included); used by `nemo.lens.testing`."""
+    with lock:
+        GROUPS.clear()
+        UNREGISTERED.warned.clear()
+        UNREGISTERED.capped = False

@@ -1,0 +1,72 @@
+"""`record_inference_metrics`: GenAI request metrics, recorded through the registry."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from nemo.lens.instruments._record import record_metrics
+from nemo.lens.instruments._registry import GROUPS, register_metric_group
+from nemo.lens.instruments._spec import MetricSpec
+
+__all__ = ["INFERENCE_GROUP", "INFERENCE_SPECS", "record_inference_metrics"]
+
+#: The lens-owned group, registered on the first call when absent.
+INFERENCE_GROUP: Final = "nemo.lens.inference"
+INFERENCE_SPECS: Final = (
+    MetricSpec(
+        "request_duration",
+        "gen_ai.server.request.duration",
+        "histogram",
+        unit="s",
+        description="Duration of a GenAI request",
+    ),
+    MetricSpec(
+        "token_usage",
+        "gen_ai.client.token.usage",
+        "histogram",
+        unit="{token}",
+        description="Tokens used by a GenAI request, by gen_ai.token.type",
+    ),
+)
+
+
+def record_inference_metrics(
+    meter: Any,
+    request_duration_s: float | None = None,
+    model: object = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    provider_name: str = "nemo",
+    operation_name: str = "text_completion",
+) -> None:
+    """Record one inference request: its duration and its input and output token counts.
+
+    Every point carries `gen_ai.operation.name` and `gen_ai.provider.name`, plus
+    `gen_ai.request.model` when `model` is truthy; token points also carry
+    `gen_ai.token.type` (`input` or `output`). Never raises an `Exception`.
+    """
+    try:
+        if INFERENCE_GROUP not in GROUPS:
+            try:
+                register_metric_group(INFERENCE_GROUP, INFERENCE_SPECS)
+            except ValueError:
+                pass  # another thread registered it first
+        attributes: dict[str, object] = {
+            "gen_ai.operation.name": operation_name,
+            "gen_ai.provider.name": provider_name,
+        }
+        if model:
+            attributes["gen_ai.request.model"] = str(model)
+        record_metrics(
+            meter, INFERENCE_GROUP, attributes=attributes, request_duration=request_duration_s
+        )
+        for token_type, count in (("input", input_tokens), ("output", output_tokens)):
+            if count is not None:
+                record_metrics(
+                    meter,
+                    INFERENCE_GROUP,
+                    attributes={**attributes, "gen_ai.token.type": token_type},
+                    token_usage=count,
+                )
+    except Exception:  # never break the caller's request loop
+        return

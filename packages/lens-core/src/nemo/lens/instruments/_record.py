@@ -72,7 +72,10 @@ def record_metrics(
             meter = meter._real_meter
             if meter is None or type(meter) is NoOpMeter:
                 return
-        state = GROUPS.get(group)
+        try:
+            state = GROUPS.get(group)
+        except TypeError:  # an unhashable group
+            state = None
         if state is None:
             _warn_unregistered(group)
             return

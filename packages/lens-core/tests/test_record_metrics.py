@@ -1,0 +1,531 @@
+"""record_metrics records what it can, skips what it cannot, and never raises."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import weakref
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from lens_meters import CountingMeter, FailingCreateMeter, FailingEmitMeter
+from lens_pipeline import MetricsPipeline
+from opentelemetry.metrics import NoOpMeter
+from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+from nemo.lens import MetricSpec, record_metrics, register_metric_group, unregister_metric_group
+from nemo.lens.instruments import _registry
+
+RL_SPECS = [
+    MetricSpec("reward_mean", "rl.reward.mean", "gauge"),
+    MetricSpec("generation_duration_ms", "rl.generation.duration_ms", "histogram", unit="ms"),
+    MetricSpec("tokens", "rl.tokens", "counter", unit="{token}"),
+    MetricSpec("queue_depth", "rl.queue.depth", "up_down_counter"),
+]
+
+
+def warnings_from(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Return the WARNING messages lens logged."""
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno == logging.WARNING and record.name.startswith("nemo.lens")
+    ]
+
+
+def value_of(pipeline: MetricsPipeline, name: str) -> Any:
+    """Return the single point's value (gauge/sum) or (count, sum) for a histogram."""
+    (point,) = pipeline.points(name)
+    if hasattr(point, "bucket_counts"):
+        return point.count, point.sum
+    return point.value
+
+
+@pytest.fixture
+def rl(pipeline: MetricsPipeline) -> MetricsPipeline:
+    """The pipeline with the 'rl' group registered."""
+    register_metric_group("rl", RL_SPECS)
+    return pipeline
+
+
+def test_issue_example_exports_gauge_and_ms_histogram(pipeline: MetricsPipeline) -> None:
+    """The usage example exports rl.reward.mean = 0.85 and an ms histogram."""
+    register_metric_group(
+        "rl",
+        [
+            MetricSpec("reward_mean", "rl.reward.mean", "gauge"),
+            MetricSpec(
+                "generation_duration_ms", "rl.generation.duration_ms", "histogram", unit="ms"
+            ),
+        ],
+    )
+    record_metrics(pipeline.meter, "rl", reward_mean=0.85, generation_duration_ms=120.0)
+    metrics = pipeline.collect()
+    assert value_of(pipeline, "rl.reward.mean") == 0.85
+    assert metrics["rl.generation.duration_ms"].unit == "ms"
+    assert value_of(pipeline, "rl.generation.duration_ms") == (1, 120.0)
+
+
+def test_every_kind_records(rl: MetricsPipeline) -> None:
+    """Gauges set, histograms record, counters and up-down counters add."""
+    for _ in range(2):
+        record_metrics(
+            rl.meter, "rl", reward_mean=0.5, generation_duration_ms=10, tokens=7, queue_depth=-3
+        )
+    assert value_of(rl, "rl.reward.mean") == 0.5
+    assert value_of(rl, "rl.generation.duration_ms") == (2, 20)
+    assert value_of(rl, "rl.tokens") == 14
+    assert value_of(rl, "rl.queue.depth") == -6
+
+
+def test_mapping_and_keywords_merge_keywords_winning(rl: MetricsPipeline) -> None:
+    """The values mapping and keyword values merge; a keyword wins over the mapping."""
+    record_metrics(rl.meter, "rl", {"reward_mean": 1.0, "tokens": 3}, reward_mean=2.0)
+    assert value_of(rl, "rl.reward.mean") == 2.0
+    assert value_of(rl, "rl.tokens") == 3
+
+
+def test_values_mapping_alone_records_and_is_not_mutated(rl: MetricsPipeline) -> None:
+    """A plain mapping records every key and is left unchanged."""
+    values = {"reward_mean": 0.25, "tokens": 4}
+    record_metrics(rl.meter, "rl", values)
+    assert values == {"reward_mean": 0.25, "tokens": 4}
+    assert value_of(rl, "rl.reward.mean") == 0.25
+    assert value_of(rl, "rl.tokens") == 4
+
+
+def test_none_values_are_skipped_silently(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """None records nothing and logs nothing, even for an undeclared key."""
+    record_metrics(rl.meter, "rl", {"tokens": None}, reward_mean=None, undeclared=None)
+    assert rl.collect() == {}
+    assert warnings_from(caplog) == []
+
+
+def test_keys_named_like_the_positional_parameters(pipeline: MetricsPipeline) -> None:
+    """Keys called meter, group and values record as keyword arguments."""
+    register_metric_group(
+        "odd", [MetricSpec("meter", "odd.meter"), MetricSpec("group", "odd.group"),
+                MetricSpec("values", "odd.values")],
+    )
+    record_metrics(pipeline.meter, "odd", meter=1.0, group=2.0, values=3.0)
+    assert [value_of(pipeline, f"odd.{k}") for k in ("meter", "group", "values")] == [1, 2, 3]
+
+
+def test_attributes_apply_to_every_point_of_the_call(rl: MetricsPipeline) -> None:
+    """Each point of the call carries the attributes; one point per attribute set."""
+    record_metrics(rl.meter, "rl", attributes={"rank": 0}, reward_mean=1.0, tokens=1)
+    record_metrics(rl.meter, "rl", attributes={"rank": 1}, reward_mean=2.0, tokens=5)
+    record_metrics(rl.meter, "rl", attributes={"rank": 1}, reward_mean=3.0)
+    gauge = {p.attributes["rank"]: p.value for p in rl.points("rl.reward.mean")}
+    tokens = {p.attributes["rank"]: p.value for p in rl.points("rl.tokens")}
+    assert gauge == {0: 1.0, 1: 3.0}  # the gauge keeps the last value
+    assert tokens == {0: 1, 1: 5}
+
+
+def test_only_recorded_keys_create_series(rl: MetricsPipeline) -> None:
+    """A declared key never recorded creates no instrument and no series."""
+    counting = CountingMeter(rl.meter)
+    record_metrics(counting, "rl", reward_mean=1.0)
+    assert set(rl.collect()) == {"rl.reward.mean"}
+    assert dict(counting.creates) == {"rl.reward.mean": 1}
+
+
+def test_instruments_are_created_once_per_meter(rl: MetricsPipeline) -> None:
+    """Repeated records reuse the instrument; a second meter gets its own."""
+    first, second = CountingMeter(rl.meter), CountingMeter(rl.meter)
+    for step in range(5):
+        record_metrics(first, "rl", reward_mean=step, tokens=1)
+        record_metrics(second, "rl", tokens=1)
+    assert dict(first.creates) == {"rl.reward.mean": 1, "rl.tokens": 1}
+    assert dict(second.creates) == {"rl.tokens": 1}
+    assert value_of(rl, "rl.tokens") == 10
+
+
+def test_meters_are_held_weakly(rl: MetricsPipeline) -> None:
+    """The registry does not keep a meter alive, and forgets it once it is gone."""
+    meter = CountingMeter(rl.meter)
+    record_metrics(meter, "rl", reward_mean=1.0)
+    meter_ref = weakref.ref(meter)
+    group = _registry.GROUPS["rl"]
+    assert id(meter) in group.meters
+    del meter
+    gc.collect()
+    assert meter_ref() is None
+    assert group.meters == {}
+
+
+def test_a_new_meter_at_a_reused_id_gets_a_fresh_cache(rl: MetricsPipeline) -> None:
+    """A cache entry whose meter died is never used for another meter with the same id."""
+    meter = CountingMeter(rl.meter)
+    record_metrics(meter, "rl", reward_mean=1.0)
+    group = _registry.GROUPS["rl"]
+    stale = group.meters[id(meter)]
+    other = CountingMeter(rl.meter)
+    group.meters[id(other)] = stale  # what an id reused after a collection would look like
+    record_metrics(other, "rl", reward_mean=2.0)
+    assert dict(other.creates) == {"rl.reward.mean": 1}
+    assert group.meters[id(other)] is not stale
+
+
+def test_unknown_group_warns_once_and_records_nothing(
+    pipeline: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unregistered group warns once per group and records nothing."""
+    for _ in range(3):
+        record_metrics(pipeline.meter, "missing", x=1.0)
+        record_metrics(pipeline.meter, "absent", x=1.0)
+    messages = warnings_from(caplog)
+    assert len(messages) == 2
+    assert "'missing' is not registered" in messages[0]
+    assert pipeline.collect() == {}
+
+
+@pytest.mark.parametrize("group", [None, 3, ("a",), ["unhashable"], {"a": 1}])
+def test_non_string_groups_warn_once(
+    pipeline: MetricsPipeline, caplog: pytest.LogCaptureFixture, group: Any
+) -> None:
+    """A non-string or unhashable group warns once and never raises."""
+    for _ in range(3):
+        record_metrics(pipeline.meter, group, x=1.0)
+    assert len(warnings_from(caplog)) == 1
+    assert "is not registered" in warnings_from(caplog)[0]
+
+
+def test_unknown_key_warns_once_per_key_and_others_record(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An undeclared key warns once per (group, key); declared keys in the call still record."""
+    for _ in range(3):
+        record_metrics(rl.meter, "rl", reward_mean=1.0, typo=2.0, other_typo=3.0)
+    messages = warnings_from(caplog)
+    assert len(messages) == 2
+    assert "key 'typo' is not declared in group 'rl'" in messages[0]
+    assert value_of(rl, "rl.reward.mean") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (True, "bool"),
+        (math.nan, "not finite"),
+        (math.inf, "not finite"),
+        (-math.inf, "not finite"),
+        ("1.0", "not a real number"),
+        (1j, "not a real number"),
+        (object(), "not a real number"),
+        (10**400, "too large"),
+        ([1.0], "not a real number"),
+    ],
+)
+def test_bad_values_are_skipped_with_one_warning(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, bad: object, reason: str
+) -> None:
+    """A bad value skips only its key, with one warning per (group, key)."""
+    for _ in range(3):
+        record_metrics(rl.meter, "rl", reward_mean=bad, tokens=2)
+    messages = warnings_from(caplog)
+    assert len(messages) == 1
+    assert "key 'reward_mean'" in messages[0]
+    assert reason in messages[0]
+    assert "rl.reward.mean" not in rl.collect()
+    assert value_of(rl, "rl.tokens") == 6
+
+
+class Rational(Fraction):
+    """A numbers.Real that is neither int nor float."""
+
+
+class BigInt(int):
+    """An int subclass."""
+
+
+def test_other_real_numbers_reach_the_sdk_as_int_or_float(rl: MetricsPipeline) -> None:
+    """numbers.Real values arrive as float, integral ones as int."""
+    record_metrics(rl.meter, "rl", reward_mean=Rational(1, 4), tokens=BigInt(3))
+    (gauge,) = rl.points("rl.reward.mean")
+    (tokens,) = rl.points("rl.tokens")
+    assert (gauge.value, type(gauge.value)) == (0.25, float)
+    assert (tokens.value, type(tokens.value)) == (3, int)
+
+
+def test_largest_float_sized_int_records(rl: MetricsPipeline) -> None:
+    """An int that still fits a float is recorded."""
+    record_metrics(rl.meter, "rl", queue_depth=2**1000)
+    assert value_of(rl, "rl.queue.depth") == 2**1000
+
+
+@pytest.mark.parametrize("key", ["tokens", "generation_duration_ms"])
+def test_negative_values_for_counters_and_histograms_are_skipped(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, key: str
+) -> None:
+    """Counters and histograms refuse negative values with one warning; gauges take them."""
+    record_metrics(rl.meter, "rl", {key: -1}, reward_mean=-0.5, queue_depth=-1)
+    record_metrics(rl.meter, "rl", {key: -2.0})
+    assert len(warnings_from(caplog)) == 1
+    assert ">= 0" in warnings_from(caplog)[0]
+    assert set(rl.collect()) == {"rl.reward.mean", "rl.queue.depth"}
+
+
+@pytest.mark.parametrize("values", [[("reward_mean", 1.0)], "reward_mean", 3, object()])
+def test_non_mapping_values_are_ignored_and_keywords_record(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, values: object
+) -> None:
+    """A values argument that is not a mapping warns once; keyword values still record."""
+    for _ in range(2):
+        record_metrics(rl.meter, "rl", values, tokens=1)  # type: ignore[arg-type]
+    assert len(warnings_from(caplog)) == 1
+    assert "must be a mapping" in warnings_from(caplog)[0]
+    assert value_of(rl, "rl.tokens") == 2
+
+
+def test_non_string_keys_are_skipped_and_string_keys_record(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Non-string keys in values warn once per group; the string keys still record."""
+    for _ in range(2):
+        record_metrics(rl.meter, "rl", {1: 2.0, ("t",): 3.0, "reward_mean": 0.5})  # type: ignore[dict-item]
+    assert len(warnings_from(caplog)) == 1
+    assert "non-string key" in warnings_from(caplog)[0]
+    assert value_of(rl, "rl.reward.mean") == 0.5
+
+
+class ExplodingMapping(dict):  # type: ignore[type-arg]
+    """A mapping whose items() fails half way."""
+
+    def items(self) -> Any:
+        yield "reward_mean", 0.75
+        raise RuntimeError("storage went away")
+
+
+def test_a_mapping_that_fails_while_read_keeps_what_was_read(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Keys read before a mapping fails still record, with one warning."""
+    from types import MappingProxyType
+
+    record_metrics(rl.meter, "rl", MappingProxyType(ExplodingMapping()), tokens=1)
+    assert value_of(rl, "rl.tokens") == 1
+    assert value_of(rl, "rl.reward.mean") == 0.75
+    assert len(warnings_from(caplog)) == 1
+    assert "could not be read fully" in warnings_from(caplog)[0]
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {1: "x", "rank": 0},
+        {"": "x", "rank": 0},
+        {"nested": {"a": 1}, "rank": 0},
+        {"none": None, "rank": 0},
+        {"mixed": [1, "a"], "rank": 0},
+        {"with_none": [1, None], "rank": 0},
+        {"bytes": b"x", "rank": 0},
+    ],
+)
+def test_malformed_attribute_entries_are_dropped_but_the_point_kept(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, attributes: dict[Any, Any]
+) -> None:
+    """A bad attribute entry is dropped with one warning per group; the value still records."""
+    for _ in range(2):
+        record_metrics(rl.meter, "rl", attributes=attributes, reward_mean=1.0)
+    (point,) = rl.points("rl.reward.mean")
+    assert dict(point.attributes) == {"rank": 0}
+    assert len(warnings_from(caplog)) == 1
+    assert "were dropped" in warnings_from(caplog)[0]
+
+
+def test_sequence_attributes_are_kept_as_tuples(rl: MetricsPipeline) -> None:
+    """Homogeneous lists and tuples of scalars are accepted."""
+    record_metrics(rl.meter, "rl", attributes={"ranks": [0, 1], "tags": ("a",)}, tokens=1)
+    (point,) = rl.points("rl.tokens")
+    assert dict(point.attributes) == {"ranks": (0, 1), "tags": ("a",)}
+
+
+@pytest.mark.parametrize("attributes", [[("rank", 0)], "rank=0", 5])
+def test_non_mapping_attributes_are_ignored(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, attributes: object
+) -> None:
+    """Attributes that are not a mapping are ignored with one warning; the point records."""
+    record_metrics(rl.meter, "rl", attributes=attributes, reward_mean=1.0)  # type: ignore[arg-type]
+    record_metrics(rl.meter, "rl", attributes=attributes, reward_mean=2.0)  # type: ignore[arg-type]
+    (point,) = rl.points("rl.reward.mean")
+    assert (dict(point.attributes or {}), point.value) == ({}, 2.0)
+    assert len(warnings_from(caplog)) == 1
+
+
+def test_mapping_attributes_other_than_dict_are_accepted(rl: MetricsPipeline) -> None:
+    """Any Mapping works as attributes."""
+    from types import MappingProxyType
+
+    record_metrics(rl.meter, "rl", attributes=MappingProxyType({"rank": 3}), tokens=1)
+    (point,) = rl.points("rl.tokens")
+    assert dict(point.attributes) == {"rank": 3}
+
+
+class Unhashable:
+    """Has no hash and no meter methods."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Hostile:
+    """Raises on every attribute access."""
+
+    def __getattribute__(self, name: str) -> Any:
+        raise RuntimeError(f"no {name} for you")
+
+
+@pytest.mark.parametrize(
+    "make_meter", [lambda: None, object, lambda: 42, Unhashable, Hostile],
+    ids=["None", "object", "int", "Unhashable", "Hostile"],
+)
+def test_unusable_meters_warn_once_and_record_nothing(
+    caplog: pytest.LogCaptureFixture, make_meter: Any
+) -> None:
+    """A meter that cannot be held or has no create methods warns once; nothing records."""
+    register_metric_group("rl", RL_SPECS)
+    meter = make_meter()
+    for _ in range(3):
+        record_metrics(meter, "rl", reward_mean=1.0)
+    messages = warnings_from(caplog)
+    assert len(messages) == 1
+    assert "cannot be used as a meter" in messages[0]
+    assert _registry.GROUPS["rl"].meters == {}
+
+
+def test_a_failed_create_costs_only_its_key_and_is_remembered(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A create that raises skips that key (once tried, once warned); other keys record."""
+    meter = FailingCreateMeter(rl.meter, "create_histogram")
+    for _ in range(3):
+        record_metrics(meter, "rl", generation_duration_ms=5.0, tokens=1)
+    assert meter.creates["rl.generation.duration_ms"] == 1
+    assert value_of(rl, "rl.tokens") == 3
+    assert len(warnings_from(caplog)) == 1
+    assert "creating histogram 'rl.generation.duration_ms'" in warnings_from(caplog)[0]
+
+
+def test_reregistering_retries_a_failed_create(rl: MetricsPipeline) -> None:
+    """After the group is registered again, a create that failed is tried again."""
+    meter = FailingCreateMeter(rl.meter, "create_histogram")
+    record_metrics(meter, "rl", generation_duration_ms=5.0)
+    register_metric_group("rl", RL_SPECS, allow_override=True)
+    record_metrics(meter, "rl", generation_duration_ms=5.0)
+    assert meter.creates["rl.generation.duration_ms"] == 2
+
+
+def test_a_failed_emit_costs_only_its_value(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An instrument that raises on record warns once; the other keys still record."""
+    meter = FailingEmitMeter(rl.meter, "rl.reward.mean", ValueError("bad point"))
+    for _ in range(3):
+        record_metrics(meter, "rl", reward_mean=1.0, tokens=1)
+    assert value_of(rl, "rl.tokens") == 3
+    assert len(warnings_from(caplog)) == 1
+    assert "ValueError: bad point" in warnings_from(caplog)[0]
+
+
+def test_base_exceptions_still_propagate(rl: MetricsPipeline) -> None:
+    """KeyboardInterrupt raised inside a record reaches the caller."""
+    meter = FailingEmitMeter(rl.meter, "rl.reward.mean", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        record_metrics(meter, "rl", reward_mean=1.0)
+
+
+def test_noop_meter_returns_before_any_lookup(caplog: pytest.LogCaptureFixture) -> None:
+    """The API's no-op meter returns at once: not even an unknown group is looked up."""
+    record_metrics(NoOpMeter("x"), "never-registered", x=1.0)
+    assert warnings_from(caplog) == []
+
+
+def test_proxy_meter_is_silent_until_an_sdk_provider_arrives(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A proxy meter with no SDK behind it creates nothing; once one is set, it records."""
+    proxy_provider = _ProxyMeterProvider()
+    proxy_meter = proxy_provider.get_meter("late")
+    record_metrics(proxy_meter, "rl", reward_mean=1.0)
+    record_metrics(proxy_meter, "unknown-group", x=1.0)
+    assert _registry.GROUPS["rl"].meters == {}
+    assert warnings_from(caplog) == []
+    proxy_provider.on_set_meter_provider(rl.provider)
+    record_metrics(proxy_meter, "rl", reward_mean=2.0)
+    assert value_of(rl, "rl.reward.mean") == 2.0
+
+
+def test_proxy_meter_behind_a_noop_provider_stays_silent(caplog: pytest.LogCaptureFixture) -> None:
+    """A proxy whose real provider is the API's no-op provider records nothing."""
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    proxy_provider = _ProxyMeterProvider()
+    proxy_meter = proxy_provider.get_meter("noop")
+    proxy_provider.on_set_meter_provider(NoOpMeterProvider())
+    record_metrics(proxy_meter, "never-registered", x=1.0)
+    assert warnings_from(caplog) == []
+
+
+def test_override_uses_the_new_definition(rl: MetricsPipeline) -> None:
+    """After an override, the key records into an instrument of the new definition."""
+    meter = CountingMeter(rl.meter)
+    record_metrics(meter, "rl", reward_mean=1.0)
+    register_metric_group(
+        "rl", [MetricSpec("reward_mean", "rl.reward.v2", "counter")], allow_override=True
+    )
+    record_metrics(meter, "rl", reward_mean=4)
+    assert value_of(rl, "rl.reward.v2") == 4
+    assert value_of(rl, "rl.reward.mean") == 1.0
+    assert dict(meter.creates) == {"rl.reward.mean": 1, "rl.reward.v2": 1}
+
+
+def test_override_restarts_warning_memory(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A redefined group may warn afresh about the same problem."""
+    record_metrics(rl.meter, "rl", typo=1.0)
+    register_metric_group("rl", RL_SPECS, allow_override=True)
+    record_metrics(rl.meter, "rl", typo=1.0)
+    assert len(warnings_from(caplog)) == 2
+
+
+def test_unregistered_group_stops_recording(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After unregister_metric_group, recording the group warns and records nothing more."""
+    record_metrics(rl.meter, "rl", tokens=1)
+    unregister_metric_group("rl")
+    record_metrics(rl.meter, "rl", tokens=1)
+    assert value_of(rl, "rl.tokens") == 1
+    assert "'rl' is not registered" in warnings_from(caplog)[0]
+
+
+def test_warning_memory_is_capped_with_one_final_line(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past the cap, one line says further warnings are suppressed, then silence."""
+    cap = _registry.WARNING_CAP
+    for index in range(cap + 20):
+        record_metrics(rl.meter, "rl", {f"typo_{index}": 1.0})
+    messages = warnings_from(caplog)
+    assert len(messages) == cap + 1
+    assert "further warnings for this group are suppressed" in messages[-1]
+    record_metrics(rl.meter, "rl", reward_mean=1.0)
+    assert value_of(rl, "rl.reward.mean") == 1.0
+
+
+def test_internal_defect_is_contained(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even a defect inside lens's own code is logged once instead of raised."""
+    group = _registry.GROUPS["rl"]
+    monkeypatch.setattr(group, "meters", None)  # what a corrupted cache would look like
+    for _ in range(2):
+        record_metrics(rl.meter, "rl", tokens=1)
+    messages = warnings_from(caplog)
+    assert len(messages) == 1
+    assert "unexpected AttributeError" in messages[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from opentelemetry import metrics, trace
 
+from nemo.lens.groups import SpanGroup, SpanRegistry
 from nemo.lens.instruments import (
     MetricSpec,
     record_metrics,
@@ -15,16 +16,28 @@ from nemo.lens.instruments import (
     registered_metric_groups,
     unregister_metric_group,
 )
+from nemo.lens.state import (
+    enabled_span_groups,
+    is_span_group_enabled,
+    pending_span_groups,
+    set_enabled_span_groups,
+)
 from nemo.lens.version import __version__
 
 __all__ = [
     "MetricSpec",
+    "SpanGroup",
+    "SpanRegistry",
     "__version__",
+    "enabled_span_groups",
     "get_meter",
     "get_tracer",
+    "is_span_group_enabled",
+    "pending_span_groups",
     "record_metrics",
     "register_metric_group",
     "registered_metric_groups",
+    "set_enabled_span_groups",
     "unregister_metric_group",
 ]
 

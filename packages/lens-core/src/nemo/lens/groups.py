@@ -1,0 +1,386 @@
+"""Span groups: the names `managed_span` and `trace_fn` are gated by, and their resolvers.
+
+Two resolvers coexist because two consumer generations do:
+
+- `SpanGroup` is strict and subclassable. A framework subclasses it with its own
+  `ALL_GROUPS` and `_PRESETS`, and a typo in the spec fails setup with a clear error.
+- `SpanRegistry` is namespaced and lenient. Frameworks register their groups at import, and
+  a spec token nobody registered yet is kept pending instead of failing, so a library that
+  registers late still gets its spans.
+
+`strict_resolver_for` holds the rule that picks between them for a configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from typing import ClassVar, Final
+
+from nemo.lens.errors import LensTypeError, LensValueError
+
+__all__ = ["SpanGroup", "SpanRegistry"]
+
+_logger = logging.getLogger(__name__)
+
+#: The preset every resolver understands as "every known group"; never a group name.
+ALL_PRESET: Final = "all"
+
+
+def _spec_tokens(spec: str) -> list[str]:
+    """Split a comma list into stripped, lower-cased, non-empty tokens."""
+    return [token for token in (part.strip().lower() for part in spec.split(",")) if token]
+
+
+class SpanGroup:
+    """The strict span-group table: eight base groups and three presets.
+
+    Subclass it to declare a framework's own groups; a subclass replaces `ALL_GROUPS` and
+    `_PRESETS` wholesale (nothing is merged with the base tables)::
+
+        class TrainerSpanGroup(SpanGroup):
+            ROLLOUT = "rollout"
+            ALL_GROUPS = SpanGroup.ALL_GROUPS | {ROLLOUT}
+            _PRESETS = {**SpanGroup._PRESETS, "all": ALL_GROUPS}
+    """
+
+    JOB: ClassVar[str] = "job"
+    CHECKPOINT: ClassVar[str] = "checkpoint"
+    EVALUATE: ClassVar[str] = "evaluate"
+    MODEL_INIT: ClassVar[str] = "model_init"
+    LOAD_CHECKPOINT: ClassVar[str] = "load_checkpoint"
+    STEP: ClassVar[str] = "step"
+    FORWARD_BACKWARD: ClassVar[str] = "forward_backward"
+    OPTIMIZER: ClassVar[str] = "optimizer"
+
+    ALL_GROUPS: ClassVar[frozenset[str]] = frozenset(
+        {
+            JOB,
+            CHECKPOINT,
+            EVALUATE,
+            MODEL_INIT,
+            LOAD_CHECKPOINT,
+            STEP,
+            FORWARD_BACKWARD,
+            OPTIMIZER,
+        }
+    )
+
+    # Private, but part of the subclass contract (consumers replace it and compare to it).
+    _PRESETS: ClassVar[dict[str, frozenset[str]]] = {
+        "default": frozenset({JOB, CHECKPOINT, EVALUATE}),
+        "per_step": ALL_GROUPS,
+        ALL_PRESET: ALL_GROUPS,
+    }
+
+    @classmethod
+    def resolve(cls, spec: str) -> frozenset[str]:
+        """Resolve a comma-separated spec of group and preset names to a set of groups.
+
+        Parts are stripped and lower-cased; empty parts are skipped, so `""` gives the
+        empty set. A preset adds its members; any other part must be one of
+        `cls.ALL_GROUPS`. The tables are looked up on `cls`, so a subclass's apply.
+
+        Raises:
+            ValueError: A part is neither a group nor a preset of `cls`; the message names
+                it and lists every valid option.
+            TypeError: `spec` is not a string.
+        """
+        if not isinstance(spec, str):
+            raise LensTypeError(
+                f"{cls.__name__}.resolve: spec must be a comma-separated string of span "
+                f"groups or presets, got {type(spec).__name__} ({spec!r})"
+            )
+        presets = cls._PRESETS
+        known = cls.ALL_GROUPS
+        enabled: set[str] = set()
+        for token in _spec_tokens(spec):
+            members = presets.get(token)
+            if members is not None:
+                enabled.update(members)
+            elif token in known:
+                enabled.add(token)
+            else:
+                valid = sorted(known | presets.keys())
+                raise LensValueError(
+                    f"Unknown span group or preset: '{token}'. Valid options: {valid}"
+                )
+        return frozenset(enabled)
+
+
+class SpanRegistry:
+    """The namespaced, lenient span-group registry (state lives on the class).
+
+    lens registers nothing here; it is empty at import. Frameworks register their groups
+    and presets under a namespace; presets of the same name union across namespaces.
+    """
+
+    # Mutated in place, never rebound, so subclasses and readers share one table.
+    _groups_by_namespace: ClassVar[dict[str, frozenset[str]]] = {}
+    _presets_by_namespace: ClassVar[dict[str, dict[str, frozenset[str]]]] = {}
+    _late_warned: ClassVar[set[str]] = set()
+    # Taken across fork() and replaced in the child, so a child never inherits it held.
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def register(
+        cls,
+        namespace: str,
+        groups: Iterable[str],
+        presets: Mapping[str, Iterable[str]] | None = None,
+        *,
+        allow_override: bool = False,
+    ) -> None:
+        """Register a namespace's span groups and presets.
+
+        Names are stripped and lower-cased. A preset may name this namespace's groups or
+        any group another namespace has registered. Re-registering a namespace replaces it
+        wholesale. The stored span-group spec (`nemo.lens.state`) is re-resolved afterwards,
+        so tokens that were pending become enabled.
+
+        Args:
+            namespace: The owner's name, e.g. `"nemo_rl"`.
+            groups: The group names this namespace owns.
+            presets: Preset name -> member groups; merged with same-named presets of other
+                namespaces.
+            allow_override: Allow replacing this namespace, and taking over groups another
+                namespace owns.
+
+        Raises:
+            ValueError: An empty namespace, group or preset name; a group or preset named
+                `"all"`; a preset member no namespace registered; the namespace exists, or
+                a group belongs to another namespace, and `allow_override` is false.
+            TypeError: A name is not a string, or `groups`/`presets` has the wrong shape.
+        """
+        name = _normalise_name(namespace, "namespace")
+        new_groups = frozenset(_normalise_names(groups, f"groups of namespace {name!r}"))
+        for group in new_groups:
+            if group == ALL_PRESET:
+                raise LensValueError(
+                    f"SpanRegistry.register: namespace {name!r} declares a group named "
+                    f"'{ALL_PRESET}', which is reserved for the preset of every group"
+                )
+        new_presets = _normalise_presets(presets, name)
+        with cls._lock:
+            if name in cls._groups_by_namespace and not allow_override:
+                raise LensValueError(
+                    f"SpanRegistry.register: namespace {name!r} is already registered; pass "
+                    "allow_override=True to replace it"
+                )
+            owners = {
+                group: owner
+                for owner, owned in cls._groups_by_namespace.items()
+                if owner != name
+                for group in owned
+            }
+            claimed = sorted(group for group in new_groups if group in owners)
+            if claimed and not allow_override:
+                taken = ", ".join(f"{group!r} (namespace {owners[group]!r})" for group in claimed)
+                raise LensValueError(
+                    f"SpanRegistry.register: namespace {name!r} claims groups other "
+                    f"namespaces own: {taken}; pass allow_override=True to take them over"
+                )
+            live = new_groups | owners.keys()
+            for preset, members in new_presets.items():
+                unknown = sorted(members - live)
+                if unknown:
+                    raise LensValueError(
+                        f"SpanRegistry.register: preset {preset!r} of namespace {name!r} "
+                        f"names unregistered groups {unknown}; registered groups: "
+                        f"{sorted(live)}"
+                    )
+            for group in claimed:
+                owner = owners[group]
+                cls._groups_by_namespace[owner] = cls._groups_by_namespace[owner] - {group}
+            cls._groups_by_namespace[name] = new_groups
+            cls._presets_by_namespace[name] = new_presets
+        _after_mutation(name)
+
+    @classmethod
+    def unregister(cls, namespace: str) -> None:
+        """Remove a namespace with its groups and presets.
+
+        Raises:
+            ValueError: The namespace is not registered.
+        """
+        name = namespace.strip().lower() if isinstance(namespace, str) else namespace
+        with cls._lock:
+            if name not in cls._groups_by_namespace:
+                registered = sorted(cls._groups_by_namespace)
+                raise LensValueError(
+                    f"SpanRegistry.unregister: namespace {namespace!r} is not registered; "
+                    f"registered namespaces: {registered}"
+                )
+            del cls._groups_by_namespace[name]
+            del cls._presets_by_namespace[name]
+        _after_mutation(None)
+
+    @classmethod
+    def clear(cls) -> None:
+        """Remove every namespace and forget late-registration warnings (for tests)."""
+        with cls._lock:
+            cls._groups_by_namespace.clear()
+            cls._presets_by_namespace.clear()
+            cls._late_warned.clear()
+        _after_mutation(None)
+
+    @classmethod
+    def groups(cls) -> frozenset[str]:
+        """Return every registered group, across namespaces."""
+        with cls._lock:
+            return cls._live_groups()
+
+    @classmethod
+    def namespaces(cls) -> list[str]:
+        """Return the registered namespaces, sorted."""
+        with cls._lock:
+            return sorted(cls._groups_by_namespace)
+
+    @classmethod
+    def presets(cls) -> dict[str, frozenset[str]]:
+        """Return the merged presets, including `"all"`, with only live groups as members."""
+        with cls._lock:
+            return cls._merged_presets(cls._live_groups())
+
+    @classmethod
+    def resolve(cls, spec: str) -> tuple[frozenset[str], frozenset[str]]:
+        """Resolve a spec leniently to `(enabled, pending)`; never raises.
+
+        Tokens are case-insensitive and comma-separated; presets are looked up first, then
+        groups. `"all"` means every registered group. A token nobody registered goes to
+        `pending` and costs none of the valid tokens. A non-string spec resolves to nothing.
+        """
+        if not isinstance(spec, str):
+            return frozenset(), frozenset()  # type: ignore[unreachable]  # callers ignoring hints
+        with cls._lock:
+            live = cls._live_groups()
+            presets = cls._merged_presets(live)
+        enabled: set[str] = set()
+        pending: set[str] = set()
+        for token in _spec_tokens(spec):
+            members = presets.get(token)
+            if members is not None:
+                enabled.update(members)
+            elif token in live:
+                enabled.add(token)
+            else:
+                pending.add(token)
+        return frozenset(enabled), frozenset(pending)
+
+    # Callers hold `_lock`.
+    @classmethod
+    def _live_groups(cls) -> frozenset[str]:
+        return frozenset().union(*cls._groups_by_namespace.values())
+
+    @classmethod
+    def _merged_presets(cls, live: frozenset[str]) -> dict[str, frozenset[str]]:
+        merged: dict[str, frozenset[str]] = {}
+        for presets in cls._presets_by_namespace.values():
+            for preset, members in presets.items():
+                merged[preset] = merged.get(preset, frozenset()) | (members & live)
+        merged[ALL_PRESET] = live
+        return merged
+
+
+def strict_resolver_for(span_group_cls: type[SpanGroup] | None) -> type[SpanGroup] | None:
+    """Apply the "which resolver" rule: the strict class to use, or None for the registry.
+
+    1. A configured `span_group_cls` resolves strictly.
+    2. Else, when `SpanRegistry` has a namespace, resolution is lenient (None is returned;
+       setup then calls `nemo.lens.state.set_span_group_spec`).
+    3. Else `SpanGroup` resolves strictly.
+    """
+    if span_group_cls is not None:
+        return span_group_cls
+    if SpanRegistry.namespaces():
+        return None
+    return SpanGroup
+
+
+def _normalise_name(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise LensTypeError(
+            f"SpanRegistry.register: {what} must be a string, got {type(value).__name__} "
+            f"({value!r})"
+        )
+    name = value.strip().lower()
+    if not name:
+        raise LensValueError(f"SpanRegistry.register: {what} must be non-empty, got {value!r}")
+    return name
+
+
+def _normalise_names(values: Iterable[str], what: str) -> list[str]:
+    # A bare string is iterable too; reading it as single letters is never what was meant.
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise LensTypeError(
+            f"SpanRegistry.register: {what} must be an iterable of strings, got "
+            f"{type(values).__name__} ({values!r})"
+        )
+    return [_normalise_name(value, f"a name in {what}") for value in values]
+
+
+def _normalise_presets(
+    presets: Mapping[str, Iterable[str]] | None, namespace: str
+) -> dict[str, frozenset[str]]:
+    if presets is None:
+        return {}
+    if not isinstance(presets, Mapping):
+        raise LensTypeError(
+            f"SpanRegistry.register: presets of namespace {namespace!r} must be a mapping of "
+            f"preset name -> group names, got {type(presets).__name__}"
+        )
+    normalised: dict[str, frozenset[str]] = {}
+    for raw_name, members in presets.items():
+        preset = _normalise_name(raw_name, f"a preset name of namespace {namespace!r}")
+        if preset == ALL_PRESET:
+            raise LensValueError(
+                f"SpanRegistry.register: namespace {namespace!r} declares a preset named "
+                f"'{ALL_PRESET}', which lens defines as every registered group"
+            )
+        normalised[preset] = normalised.get(preset, frozenset()) | frozenset(
+            _normalise_names(members, f"preset {preset!r} of namespace {namespace!r}")
+        )
+    return normalised
+
+
+def _after_mutation(registered: str | None) -> None:
+    """Re-resolve the stored spec; warn once per namespace that registered after setup."""
+    # Imported here: `state` imports this module, and lock order is state, then registry.
+    from nemo.lens import state
+
+    if registered is not None and state._groups_configured():
+        with SpanRegistry._lock:
+            first_time = registered not in SpanRegistry._late_warned
+            SpanRegistry._late_warned.add(registered)
+    else:
+        first_time = False
+    if first_time:
+        _logger.warning(
+            "SpanRegistry: namespace %r registered after span groups were configured; "
+            "its groups apply from now on, but spans gated earlier were not recorded. "
+            "Register span groups before setup_telemetry.",
+            registered,
+        )
+    state.refresh_enabled_span_groups()
+
+
+# Acquired before fork and replaced in the child, as CPython's logging does.
+def _acquire_before_fork() -> None:
+    SpanRegistry._lock.acquire()
+
+
+def _release_in_parent() -> None:
+    SpanRegistry._lock.release()
+
+
+def _replace_in_child() -> None:
+    SpanRegistry._lock = threading.Lock()
+
+
+os.register_at_fork(
+    before=_acquire_before_fork,
+    after_in_parent=_release_in_parent,
+    after_in_child=_replace_in_child,
+)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-import pytest
 
+import pytest
 from lens_pipeline import MetricsPipeline
 
 from nemo.lens.instruments import _registry

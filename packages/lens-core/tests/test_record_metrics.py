@@ -108,8 +108,12 @@ def test_none_values_are_skipped_silently(
 def test_keys_named_like_the_positional_parameters(pipeline: MetricsPipeline) -> None:
     """Keys called meter, group and values record as keyword arguments."""
     register_metric_group(
-        "odd", [MetricSpec("meter", "odd.meter"), MetricSpec("group", "odd.group"),
-                MetricSpec("values", "odd.values")],
+        "odd",
+        [
+            MetricSpec("meter", "odd.meter"),
+            MetricSpec("group", "odd.group"),
+            MetricSpec("values", "odd.values"),
+        ],
     )
     record_metrics(pipeline.meter, "odd", meter=1.0, group=2.0, values=3.0)
     assert [value_of(pipeline, f"odd.{k}") for k in ("meter", "group", "values")] == [1, 2, 3]
@@ -380,7 +384,8 @@ class Hostile:
 
 
 @pytest.mark.parametrize(
-    "make_meter", [lambda: None, object, lambda: 42, Unhashable, Hostile],
+    "make_meter",
+    [lambda: None, object, lambda: 42, Unhashable, Hostile],
     ids=["None", "object", "int", "Unhashable", "Hostile"],
 )
 def test_unusable_meters_warn_once_and_record_nothing(

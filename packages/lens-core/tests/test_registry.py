@@ -72,7 +72,7 @@ def test_refuses_duplicate_keys() -> None:
 
 def test_refuses_duplicate_names() -> None:
     """Two specs with one instrument name are refused, naming the name."""
-    with pytest.raises(ValueError, match="name 'rl.reward.mean' appears twice"):
+    with pytest.raises(ValueError, match=r"name 'rl\.reward\.mean' appears twice"):
         register_metric_group("rl", [REWARD, MetricSpec("other", "rl.reward.mean")])
 
 

@@ -84,7 +84,7 @@ def record_metrics(
             cache = _attach(state, meter)
             if cache is None:
                 return
-        items = kwargs if values is None else _merge(state, values, kwargs)
+        items: Mapping[Any, Any] = kwargs if values is None else _merge(state, values, kwargs)
         if attributes is not None:
             attributes = _clean_attributes(state, attributes)
         emitters = cache.emitters
@@ -187,9 +187,7 @@ def _attach(state: MetricGroup, meter: Any) -> MeterCache | None:
     return None
 
 
-def _merge(
-    state: MetricGroup, values: object, kwargs: dict[str, object]
-) -> Mapping[object, object]:
+def _merge(state: MetricGroup, values: object, kwargs: dict[str, object]) -> Mapping[Any, Any]:
     """Merge the positional mapping with the keyword values, keywords winning."""
     if type(values) is dict:
         if not kwargs:
@@ -224,9 +222,7 @@ def _merge(
     return merged
 
 
-def _create_emitter(
-    state: MetricGroup, cache: MeterCache, meter: Any, key: object
-) -> Any:
+def _create_emitter(state: MetricGroup, cache: MeterCache, meter: Any, key: object) -> Any:
     """Return the record method for `key`, creating its instrument on first use."""
     spec = state.spec_by_key.get(key) if type(key) is str else None
     if spec is None:

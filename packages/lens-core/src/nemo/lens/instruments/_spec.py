@@ -57,8 +57,7 @@ class MetricSpec:
             value = getattr(self, field_name)
             if not isinstance(value, str):
                 raise LensTypeError(
-                    f"MetricSpec.{field_name} must be a str, got {type(value).__name__} "
-                    f"({value!r})"
+                    f"MetricSpec.{field_name} must be a str, got {type(value).__name__} ({value!r})"
                 )
         if not self.key.isidentifier():
             raise LensValueError(
@@ -79,8 +78,7 @@ class MetricSpec:
             )
         if self.kind not in METRIC_KINDS:
             raise LensValueError(
-                f"MetricSpec.kind {self.kind!r} is not accepted; use one of "
-                f"{sorted(METRIC_KINDS)}"
+                f"MetricSpec.kind {self.kind!r} is not accepted; use one of {sorted(METRIC_KINDS)}"
             )
         if not self.unit.isascii() or len(self.unit) > _MAX_UNIT_LENGTH:
             raise LensValueError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Final
 
 from nemo.lens.instruments._record import record_metrics
@@ -47,10 +48,9 @@ def record_inference_metrics(
     """
     try:
         if INFERENCE_GROUP not in GROUPS:
-            try:
+            # ValueError: another thread registered it first, which is just as good.
+            with contextlib.suppress(ValueError):
                 register_metric_group(INFERENCE_GROUP, INFERENCE_SPECS)
-            except ValueError:
-                pass  # another thread registered it first
         attributes: dict[str, object] = {
             "gen_ai.operation.name": operation_name,
             "gen_ai.provider.name": provider_name,

@@ -1,0 +1,68 @@
+"""record_inference_metrics records GenAI request metrics through the registry."""
+
+from __future__ import annotations
+
+import pytest
+from lens_pipeline import MetricsPipeline
+
+from nemo.lens import registered_metric_groups
+from nemo.lens.instruments import record_inference_metrics
+from nemo.lens.instruments.inference import INFERENCE_GROUP, INFERENCE_SPECS
+
+
+def test_registers_its_group_on_first_use_only(pipeline: MetricsPipeline) -> None:
+    """Importing registers nothing; the first call registers the lens-owned group."""
+    assert INFERENCE_GROUP not in registered_metric_groups()
+    record_inference_metrics(pipeline.meter, request_duration_s=0.5)
+    assert registered_metric_groups()[INFERENCE_GROUP] == INFERENCE_SPECS
+
+
+def test_records_duration_and_one_token_point_per_type(pipeline: MetricsPipeline) -> None:
+    """One duration point and input/output token points, all carrying the GenAI attributes."""
+    record_inference_metrics(
+        pipeline.meter,
+        request_duration_s=1.5,
+        model="llama",
+        input_tokens=10,
+        output_tokens=4,
+        provider_name="vllm",
+    )
+    common = {
+        "gen_ai.operation.name": "text_completion",
+        "gen_ai.provider.name": "vllm",
+        "gen_ai.request.model": "llama",
+    }
+    (duration,) = pipeline.points("gen_ai.server.request.duration")
+    assert (dict(duration.attributes), duration.sum, duration.count) == (common, 1.5, 1)
+    tokens = {
+        p.attributes["gen_ai.token.type"]: (p.sum, dict(p.attributes))
+        for p in pipeline.points("gen_ai.client.token.usage")
+    }
+    assert tokens == {
+        "input": (10, {**common, "gen_ai.token.type": "input"}),
+        "output": (4, {**common, "gen_ai.token.type": "output"}),
+    }
+    units = {name: metric.unit for name, metric in pipeline.collect().items()}
+    assert units == {"gen_ai.server.request.duration": "s", "gen_ai.client.token.usage": "{token}"}
+
+
+def test_model_attribute_only_when_truthy(pipeline: MetricsPipeline) -> None:
+    """Without a model the points carry no gen_ai.request.model."""
+    record_inference_metrics(pipeline.meter, input_tokens=3, model="")
+    (point,) = pipeline.points("gen_ai.client.token.usage")
+    assert "gen_ai.request.model" not in point.attributes
+    assert pipeline.points("gen_ai.server.request.duration") == []
+
+
+def test_reuses_a_group_registered_before(pipeline: MetricsPipeline) -> None:
+    """A second call, or a group registered by someone else first, does not fail."""
+    record_inference_metrics(pipeline.meter, output_tokens=1)
+    record_inference_metrics(pipeline.meter, output_tokens=2)
+    (point,) = pipeline.points("gen_ai.client.token.usage")
+    assert point.sum == 3
+
+
+@pytest.mark.parametrize("meter", [None, object()])
+def test_never_raises(meter: object) -> None:
+    """Unusable meters and odd values never raise."""
+    record_inference_metrics(meter, request_duration_s="slow", input_tokens=-1, model=object())

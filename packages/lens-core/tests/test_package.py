@@ -1,0 +1,47 @@
+"""Packaging: the namespace, the public names and the version."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import pathlib
+import pkgutil
+
+import nemo
+import nemo.lens
+
+
+def test_nemo_is_a_namespace_package() -> None:
+    """`nemo` has no __init__.py, so other distributions can share it."""
+    assert getattr(nemo, "__file__", None) is None
+    assert not any((pathlib.Path(entry) / "__init__.py").exists() for entry in nemo.__path__)
+
+
+def test_version_matches_distribution_metadata() -> None:
+    """nemo.lens.__version__ is the installed lens-core version."""
+    assert nemo.lens.__version__ == importlib.metadata.version("lens-core")
+
+
+def test_py_typed_is_shipped() -> None:
+    """The package carries the PEP 561 marker."""
+    assert (pathlib.Path(nemo.lens.__file__).parent / "py.typed").is_file()
+
+
+def test_every_public_name_imports_from_every_public_module() -> None:
+    """Each name in each public module's __all__ exists, and each __all__ is sorted."""
+    checked = 0
+    for module_info in pkgutil.walk_packages(nemo.lens.__path__, "nemo.lens."):
+        if any(part.startswith("_") for part in module_info.name.split(".")):
+            continue
+        module = importlib.import_module(module_info.name)
+        names = getattr(module, "__all__", None)
+        if names is None:
+            continue
+        assert list(names) == sorted(names), module_info.name
+        for name in names:
+            assert hasattr(module, name), f"{module_info.name}.{name}"
+        checked += 1
+    root_names = nemo.lens.__all__
+    assert list(root_names) == sorted(root_names)
+    assert all(hasattr(nemo.lens, name) for name in root_names)
+    assert checked >= 2

@@ -1,0 +1,71 @@
+"""The `lens` command: `lens demo`, `lens doctor` and `lens metrics`.
+
+Installed as a console script by lens-core and runnable as `python -m nemo.lens.cli`.
+`import nemo.lens` never imports this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from nemo.lens.cli import _demo, _doctor, _metrics
+from nemo.lens.cli._parser import EXIT_BAD_INPUT, LensArgumentParser
+from nemo.lens.version import __version__
+
+__all__ = ["build_parser", "main", "run"]
+
+_COMMANDS = {"demo": _demo, "doctor": _doctor, "metrics": _metrics}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the `lens` parser with one sub-parser per command."""
+    parser = LensArgumentParser(
+        prog="lens",
+        description="OpenTelemetry traces and metrics for ML training loops.",
+    )
+    parser.add_argument("--version", action="version", version=f"lens {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name, module in _COMMANDS.items():
+        sub = commands.add_parser(
+            name,
+            help=module.HELP,
+            description=module.DESCRIPTION,
+            epilog=module.EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(sub)
+        command: Callable[[argparse.Namespace], int] = module.run
+        sub.set_defaults(run=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `lens` command and return its exit status.
+
+    Args:
+        argv: The arguments after the program name; `sys.argv[1:]` when None.
+
+    Returns:
+        0 on success, 1 when the command found a problem, 2 for bad input, 130 when a
+        demo run was interrupted with Ctrl-C.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.error("expected a command: demo, doctor or metrics")
+    except SystemExit as exc:
+        # argparse exits for --help, --version and bad input; hand back the status instead.
+        if exc.code is None:
+            return 0
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    result: int = args.run(args)
+    return result
+
+
+def run() -> NoReturn:
+    """The console-script entry point: exit with the status `main()` returns."""
+    sys.exit(main())

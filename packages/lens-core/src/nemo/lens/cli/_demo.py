@@ -1,0 +1,327 @@
+"""`lens demo`: a simulated RL training loop instrumented with lens, end to end.
+
+It uses only the public API, exactly as a framework would: declare an `rl` metric
+group, set up telemetry from a `NemoLensConfig`, open `managed_span` spans per step,
+record every step with `record_metrics(handle.meter, "rl", ...)`, shut down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from nemo.lens.cli._endpoints import bind_problem, connect_problem, otlp_targets
+from nemo.lens.cli._live import LiveView, is_live_terminal
+from nemo.lens.cli._parser import EXIT_BAD_INPUT, positive_float, positive_int, tcp_port
+from nemo.lens.cli._simulate import RL_GROUP, RL_SPECS, StepResult, declare_rl_metrics, simulate
+
+__all__ = ["EXIT_INTERRUPTED", "add_arguments", "run"]
+
+HELP = "run a simulated RL training loop that exports lens traces and metrics"
+DESCRIPTION = """\
+Run a simulated RL training loop instrumented with lens: it declares an `rl` metric
+group, opens a span per step (span groups "job" and "step") and records the rl.*
+series every step.
+
+  console     (default) spans and metrics go to a JSON-lines file (--out), one object
+              per line; no server needed.
+  prometheus  metrics are served at http://127.0.0.1:9464/metrics (--port) while the
+              run lasts; spans go to the --out file.
+  otlp        spans and metrics go to an OTLP collector (--endpoint, or the
+              OTEL_EXPORTER_OTLP_* variables).
+"""
+EPILOG = """\
+examples:
+  lens demo
+  lens demo --steps 200 --exporter prometheus --port 9464
+  lens demo --exporter otlp --endpoint http://localhost:4317
+
+Ctrl-C stops the run cleanly: spans still open are ended, everything recorded so far is
+flushed, and the exit status is 130.
+
+exit status: 0 finished; 1 the exporter cannot start (missing package, unreachable
+collector, port in use); 2 bad input; 130 interrupted by Ctrl-C.
+"""
+
+#: 128 + SIGINT, the shell's status for a run stopped with Ctrl-C.
+EXIT_INTERRUPTED: Final = 130
+DEFAULT_OUT: Final = "lens-demo.jsonl"
+_EXPORTERS: Final = ("console", "prometheus", "otlp")
+# The demo is short, so metrics export every second unless the user chose otherwise.
+_DEMO_EXPORT_INTERVAL_MS: Final = "1000"
+
+
+def _endpoint_url(text: str) -> str:
+    parsed = urlsplit(text)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise argparse.ArgumentTypeError(
+            "expected a URL such as http://localhost:4317 (http or https, with a host), "
+            f"got {text!r}"
+        )
+    try:
+        parsed.port  # noqa: B018 - a bad port raises here
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a URL with a valid port, got {text!r}") from exc
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the options of `lens demo`."""
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        default=20,
+        help="training steps to simulate (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--exporter",
+        choices=_EXPORTERS,
+        default="console",
+        help="where telemetry goes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--endpoint",
+        type=_endpoint_url,
+        metavar="URL",
+        help="OTLP collector URL for --exporter otlp (sets OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help=f"JSON-lines file for the console and prometheus exporters (default: ./{DEFAULT_OUT})",
+    )
+    parser.add_argument(
+        "--port",
+        type=tcp_port,
+        help="port for --exporter prometheus (default: OTEL_EXPORTER_PROMETHEUS_PORT or 9464)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=positive_float,
+        default=0.2,
+        metavar="SECONDS",
+        help="simulated work per step (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the simulated run (default: %(default)s)"
+    )
+
+
+def _bad_input(message: str) -> int:
+    print(f"lens demo: error: {message} (see 'lens demo --help')", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _check_options(args: argparse.Namespace) -> str | None:
+    if args.endpoint is not None and args.exporter != "otlp":
+        return f"--endpoint applies to --exporter otlp only, got --exporter {args.exporter}"
+    if args.port is not None and args.exporter != "prometheus":
+        return f"--port applies to --exporter prometheus only, got --exporter {args.exporter}"
+    if args.out is not None and args.exporter == "otlp":
+        return "--out applies to --exporter console or prometheus; otlp sends to the collector"
+    return None
+
+
+def _prepare_environment(args: argparse.Namespace) -> str | None:
+    """Point the exporters at their destination and check it; return a problem or None."""
+    os.environ.setdefault("OTEL_METRIC_EXPORT_INTERVAL", _DEMO_EXPORT_INTERVAL_MS)
+    if args.exporter == "otlp":
+        if args.endpoint is not None:
+            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = args.endpoint
+        try:
+            targets = otlp_targets(os.environ, ("traces", "metrics"))
+        except ValueError as exc:
+            return str(exc)
+        for target in targets:
+            problem = connect_problem(target.host, target.port, timeout=2.0)
+            if problem is not None:
+                return (
+                    f"cannot reach the OTLP collector at {target.endpoint}: {problem}; start one "
+                    "(see 'Exporters and backends' in the docs) or run 'lens demo' with the "
+                    "default console exporter"
+                )
+    if args.exporter == "prometheus":
+        if args.port is not None:
+            os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(args.port)
+        host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "127.0.0.1"
+        port = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or 9464)
+        problem = bind_problem(host, port)
+        if problem is not None:
+            return (
+                f"cannot serve Prometheus metrics on {host}:{port}: {problem}; "
+                "choose another --port"
+            )
+    return None
+
+
+def _view_rows(
+    result: StepResult, tokens_total: int, buffer_size: int
+) -> list[tuple[str, str, str]]:
+    units = {spec.key: spec.unit for spec in RL_SPECS}
+    names = {spec.key: spec.name for spec in RL_SPECS}
+    latest = {
+        "reward_mean": f"{result.reward_mean:.4f}",
+        "kl_divergence": f"{result.kl_divergence:.4f}",
+        "policy_loss": f"{result.policy_loss:.4f}",
+        "entropy": f"{result.entropy:.4f}",
+        "tokens_generated": f"{tokens_total}",
+        "generation_duration_ms": f"{result.generation_mean_ms:.1f}",
+        "replay_buffer_size": f"{buffer_size}",
+    }
+    return [(names[key], value, units[key]) for key, value in latest.items()]
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    # A second Ctrl-C must not abort the flush that makes the first one clean.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class _Training:
+    """The simulated loop; `completed` counts the steps that finished."""
+
+    def __init__(self, handle: Any, args: argparse.Namespace, view: LiveView) -> None:
+        self.handle = handle
+        self.args = args
+        self.view = view
+        self.completed = 0
+
+    def run(self) -> None:
+        from nemo.lens import managed_span, record_metrics
+
+        tracer, meter = self.handle.tracer, self.handle.meter
+        steps, pause = self.args.steps, self.args.interval
+        tokens_total = 0
+        buffer_size = 0
+        with managed_span(
+            "job", "rl.job", tracer=tracer, **{"rl.algorithm": "grpo", "demo.steps": steps}
+        ):
+            for result in simulate(steps, seed=self.args.seed):
+                with managed_span(
+                    "step", "rl.step", tracer=tracer, **{"dl.iteration": result.step}
+                ):
+                    with managed_span(
+                        "step",
+                        "rl.generate",
+                        tracer=tracer,
+                        **{
+                            "rl.num_rollouts": len(result.generation_durations_ms),
+                            "rl.generation.backend": "simulated",
+                        },
+                    ):
+                        time.sleep(pause * 0.7)
+                    with managed_span("step", "rl.train", tracer=tracer):
+                        time.sleep(pause * 0.3)
+                    record_metrics(
+                        meter,
+                        RL_GROUP,
+                        reward_mean=result.reward_mean,
+                        kl_divergence=result.kl_divergence,
+                        policy_loss=result.policy_loss,
+                        entropy=result.entropy,
+                        tokens_generated=result.tokens_generated,
+                        replay_buffer_size=result.replay_buffer_change,
+                    )
+                    for duration_ms in result.generation_durations_ms:
+                        record_metrics(meter, RL_GROUP, generation_duration_ms=duration_ms)
+                tokens_total += result.tokens_generated
+                buffer_size += result.replay_buffer_change
+                self.completed += 1
+                self.view.update(self.completed, _view_rows(result, tokens_total, buffer_size))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; 0 when it finished, 130 when Ctrl-C stopped it."""
+    problem = _check_options(args)
+    if problem is not None:
+        return _bad_input(problem)
+    try:
+        import opentelemetry.sdk  # noqa: F401 - only checks that the SDK is installed
+    except ImportError:
+        print(
+            "lens demo: the OpenTelemetry SDK is not installed; run: pip install 'lens-core[sdk]'",
+            file=sys.stderr,
+        )
+        return 1
+    problem = _prepare_environment(args)
+    if problem is not None:
+        print(f"lens demo: {problem}", file=sys.stderr)
+        return 1
+
+    from nemo.lens import NemoLensConfig, setup_telemetry
+    from nemo.lens.cli._sink import JsonLinesFile, console_metric_reader, console_span_exporter
+
+    declare_rl_metrics()
+    sink = None
+    injected: dict[str, Any] = {}
+    if args.exporter in ("console", "prometheus"):
+        path = (args.out or Path(DEFAULT_OUT)).resolve()
+        try:
+            sink = JsonLinesFile(path)
+        except OSError as exc:
+            print(f"lens demo: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+        injected["span_exporter"] = console_span_exporter(sink)
+        if args.exporter == "console":
+            injected["metric_reader"] = console_metric_reader(sink)
+    config = NemoLensConfig(
+        enabled=True,
+        service_name="lens-demo",
+        exporter=args.exporter,
+        export_strategy="all_ranks",
+        span_groups="job,step",
+    )
+    view = LiveView(sys.stdout, args.steps, live=is_live_terminal(sys.stdout))
+    handle = None
+    training = None
+    interrupted = False
+    try:
+        handle = setup_telemetry(config, **injected)
+        _announce(args, sink)
+        training = _Training(handle, args, view)
+        training.run()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        with _sigint_ignored():
+            if handle is not None:
+                handle.shutdown()
+            if sink is not None:
+                sink.close()
+    completed = training.completed if training is not None else 0
+    status = (
+        f"interrupted after {completed} of {args.steps} steps"
+        if interrupted
+        else f"finished {completed} steps"
+    )
+    view.message(f"lens demo: {status}; telemetry flushed")
+    if sink is not None:
+        view.message(f"lens demo: wrote {sink.lines_written} JSON lines to {sink.path}")
+    return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _announce(args: argparse.Namespace, sink: Any) -> None:
+    if args.exporter == "prometheus":
+        host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "127.0.0.1"
+        port = os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or "9464"
+        print(f"lens demo: Prometheus metrics at http://{host}:{port}/metrics while the run lasts")
+    if args.exporter == "otlp":
+        endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "") or "the default OTLP endpoint"
+        print(f"lens demo: sending spans and metrics to {endpoint}")
+    if sink is not None:
+        what = "spans and metrics" if args.exporter == "console" else "spans"
+        print(f"lens demo: writing {what} as JSON lines to {sink.path}")
+    sys.stdout.flush()

@@ -1,0 +1,295 @@
+"""`lens doctor`: versions, the configuration the environment gives, and whether the
+configured exporter can reach its endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Final
+
+from nemo.lens.cli._endpoints import (
+    bind_problem,
+    connect_problem,
+    otlp_targets,
+    prometheus_address,
+)
+from nemo.lens.cli._imports import ImportTargetError, import_target, load_target
+from nemo.lens.cli._parser import EXIT_BAD_INPUT, positive_float
+from nemo.lens.version import __version__
+
+__all__ = ["Report", "add_arguments", "run"]
+
+HELP = "show versions and configuration, and check the exporter endpoint"
+DESCRIPTION = """\
+Print the versions of lens, the OpenTelemetry API and SDK and every installed
+OpenTelemetry exporter; the NemoLensConfig that NemoLensConfig.from_env() resolves from
+the environment; and whether the configured exporter can reach its endpoint (OTLP: a TCP
+connection to each signal's endpoint; Prometheus: whether the port can be bound).
+"""
+EPILOG = """\
+examples:
+  lens doctor
+  NEMO_LENS_EXPORTER=prometheus lens doctor
+  lens doctor --prefix NEMO_RL_OTEL --fallback-prefix NEMO_LENS --import nemo_rl.telemetry
+
+exit status: 0 all well; 1 a problem was found (each is printed with what to do);
+2 bad input.
+"""
+
+_EXPORTERS: Final = ("otlp", "console", "prometheus")
+_CORE_DISTRIBUTIONS: Final = ("lens-core", "opentelemetry-api", "opentelemetry-sdk")
+# What each exporter needs importable on an exporting process, and the extra that ships it.
+_EXPORTER_MODULES: Final[dict[str, tuple[tuple[str, ...], str]]] = {
+    "otlp": (
+        ("opentelemetry.exporter.otlp.proto.grpc", "opentelemetry.exporter.otlp.proto.http"),
+        "lens-core[sdk]",
+    ),
+    "console": (("opentelemetry.sdk",), "lens-core[sdk]"),
+    "prometheus": (
+        ("opentelemetry.exporter.prometheus", "prometheus_client"),
+        "lens-core[prometheus]",
+    ),
+}
+
+
+@dataclass
+class Report:
+    """What `lens doctor` found: lines to print and the problems among them."""
+
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def section(self, title: str) -> None:
+        """Start a titled block of lines."""
+        if self.lines:
+            self.lines.append("")
+        self.lines.append(title)
+
+    def info(self, label: str, value: object) -> None:
+        """Add one `label: value` line."""
+        self.lines.append(f"  {label:<40} {value}")
+
+    def ok(self, text: str) -> None:
+        """Add a check that passed."""
+        self.lines.append(f"  ok    {text}")
+
+    def note(self, text: str) -> None:
+        """Add an observation that does not fail the run."""
+        self.lines.append(f"  note  {text}")
+
+    def fail(self, text: str) -> None:
+        """Add a problem; any problem makes the exit status 1."""
+        self.lines.append(f"  FAIL  {text}")
+        self.problems.append(text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the options of `lens doctor`."""
+    parser.add_argument(
+        "--prefix",
+        default="NEMO_LENS",
+        help="environment prefix passed to NemoLensConfig.from_env (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--fallback-prefix",
+        default=None,
+        metavar="PREFIX",
+        help="prefix read when a PREFIX_KEY variable is unset, as consumers pass it",
+    )
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        type=import_target,
+        metavar="MODULE[:CALLABLE]",
+        help="import a module first (and call CALLABLE), so the span groups and export "
+        "strategies it registers are known; repeatable",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how long to wait for each TCP connection (default: %(default)s)",
+    )
+
+
+def _installed_version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _exporter_distributions() -> list[tuple[str, str]]:
+    found: dict[str, str] = {}
+    for distribution in metadata.distributions():
+        name = (distribution.metadata["Name"] or "").lower()
+        if name.startswith("opentelemetry-exporter-") or name == "prometheus-client":
+            found[name] = distribution.version
+    return sorted(found.items())
+
+
+def _versions(report: Report) -> None:
+    report.section("versions")
+    report.info("python", f"{platform.python_version()} ({sys.executable})")
+    report.info("nemo.lens", __version__)
+    for distribution in _CORE_DISTRIBUTIONS:
+        report.info(distribution, _installed_version(distribution))
+    exporters = _exporter_distributions()
+    if not exporters:
+        report.info("exporters", "none installed")
+    for name, version in exporters:
+        report.info(name, version)
+
+
+def _load_config(report: Report, args: argparse.Namespace) -> Any | None:
+    from nemo.lens.config import NemoLensConfig
+
+    prefixes = repr(args.prefix)
+    if args.fallback_prefix:
+        prefixes += f", fallback_prefix={args.fallback_prefix!r}"
+    report.section(f"configuration: NemoLensConfig.from_env(prefix={prefixes})")
+    try:
+        config = NemoLensConfig.from_env(prefix=args.prefix, fallback_prefix=args.fallback_prefix)
+    except ValueError as exc:
+        report.fail(f"the environment does not give a valid configuration: {exc}")
+        return None
+    for config_field in dataclasses.fields(config):
+        if not config_field.name.startswith("_"):
+            report.info(config_field.name, repr(getattr(config, config_field.name)))
+    return config
+
+
+def _check_config(report: Report, config: Any, prefix: str) -> None:
+    report.section("checks")
+    if config.enabled:
+        report.ok("telemetry is enabled")
+    else:
+        report.note(f"telemetry is disabled; set {prefix}_ENABLED=1 to export")
+    if config.exporter not in _EXPORTERS:
+        report.fail(
+            f"{prefix}_EXPORTER={config.exporter!r} is not an exporter; expected one of "
+            f"{list(_EXPORTERS)}"
+        )
+    from nemo.lens.strategies import registered_strategies
+
+    strategies = registered_strategies()
+    if config.export_strategy in strategies:
+        report.ok(f"export strategy {config.export_strategy!r} is registered")
+    else:
+        report.fail(
+            f"{prefix}_EXPORT_STRATEGY={config.export_strategy!r} is not registered; expected "
+            f"one of {strategies} (or --import the module that registers it)"
+        )
+    try:
+        groups = config.resolved_span_groups
+    except ValueError as exc:
+        report.fail(f"{prefix}_SPAN_GROUPS={config.span_groups!r}: {exc}")
+    else:
+        report.ok(f"span groups {config.span_groups!r} enable {sorted(groups)}")
+
+
+def _check_packages(report: Report, config: Any) -> bool:
+    """Check the SDK and the exporter's packages import; False when one is missing."""
+    if config.exporter not in _EXPORTER_MODULES:
+        return False
+    modules, extra = _EXPORTER_MODULES[config.exporter]
+    needed = ("opentelemetry.sdk", *modules)
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if config.exporter == "otlp" and len(missing) == 1 and missing[0] != "opentelemetry.sdk":
+        # Setup falls back to the other OTLP transport, so one of the two is enough.
+        missing = []
+    if not missing:
+        report.ok(f"the SDK and the {config.exporter} exporter are installed")
+        return True
+    text = f"{', '.join(missing)} not installed; run: pip install '{extra}'"
+    if config.enabled:
+        report.fail(text)
+    else:
+        report.note(text)
+    return False
+
+
+def _check_endpoint(
+    report: Report, config: Any, environ: Mapping[str, str], timeout: float
+) -> None:
+    if config.exporter == "console":
+        report.ok("the console exporter writes JSON lines to stdout; no endpoint to reach")
+        return
+    if config.exporter == "prometheus":
+        try:
+            host, port = prometheus_address(environ)
+        except ValueError as exc:
+            report.fail(str(exc))
+            return
+        problem = bind_problem(host, port)
+        if problem is None:
+            report.ok(f"prometheus can serve http://{host}:{port}/metrics (the port is free)")
+        else:
+            report.fail(
+                f"prometheus cannot serve on {host}:{port}: {problem}; set "
+                "OTEL_EXPORTER_PROMETHEUS_PORT to a free port or stop what holds it"
+            )
+        return
+    signals = [
+        name
+        for name, wanted in (
+            ("traces", config.traces_enabled),
+            ("metrics", config.metrics_enabled),
+            ("logs", config.logs_enabled),
+        )
+        if wanted
+    ]
+    if not signals:
+        report.note("no signal is enabled, so no OTLP endpoint is used")
+        return
+    try:
+        targets = otlp_targets(environ, signals)
+    except ValueError as exc:
+        report.fail(str(exc))
+        return
+    for target in targets:
+        what = f"OTLP {target.protocol} endpoint {target.endpoint} ({', '.join(target.signals)})"
+        problem = connect_problem(target.host, target.port, timeout)
+        if problem is None:
+            report.ok(f"{what} accepts TCP connections")
+        else:
+            report.fail(
+                f"{what} is not reachable: {problem}; start a collector there or set "
+                "OTEL_EXPORTER_OTLP_ENDPOINT"
+            )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; 0 when nothing failed, else 1."""
+    for target in args.imports:
+        try:
+            load_target(target)
+        except ImportTargetError as exc:
+            print(f"lens doctor: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    report = Report()
+    _versions(report)
+    config = _load_config(report, args)
+    if config is not None:
+        _check_config(report, config, args.prefix)
+        if _check_packages(report, config):
+            _check_endpoint(report, config, os.environ, args.timeout)
+    report.section("result")
+    if report.problems:
+        count = len(report.problems)
+        report.lines.append(f"  {count} problem{'s' if count > 1 else ''} found:")
+        report.lines += [f"  - {problem}" for problem in report.problems]
+    else:
+        report.lines.append("  all well")
+    print("\n".join(report.lines))
+    return 1 if report.problems else 0

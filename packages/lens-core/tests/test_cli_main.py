@@ -1,0 +1,121 @@
+"""The `lens` command frame: entry points, --help on every command, bad-input exits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from nemo.lens.cli import main
+
+COMMANDS = ("demo", "doctor", "metrics")
+
+
+def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m nemo.lens.cli ARGS` in a clean environment."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("NEMO_LENS_", "OTEL_"))
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "nemo.lens.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str) -> None:
+    """`lens COMMAND --help` prints that command's usage and exits 0."""
+    result = lens(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: lens {command}")
+    assert "exit status:" in result.stdout
+
+
+def test_top_level_help_lists_every_command() -> None:
+    """`lens --help` names the three commands."""
+    result = lens("--help")
+    assert result.returncode == 0
+    for command in COMMANDS:
+        assert command in result.stdout
+
+
+def test_version_matches_the_distribution() -> None:
+    """`lens --version` prints the installed lens-core version."""
+    result = lens("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"lens {metadata.version('lens-core')}"
+
+
+def test_no_command_is_bad_input() -> None:
+    """`lens` alone exits 2 with one line naming the commands it expected."""
+    result = lens()
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "expected a command: demo, doctor or metrics" in result.stderr
+
+
+def test_unknown_command_is_bad_input() -> None:
+    """An unknown command exits 2 with one line listing the valid choices."""
+    result = lens("train")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "'train'" in result.stderr
+    assert "demo" in result.stderr
+
+
+def test_unknown_option_is_bad_input() -> None:
+    """An option the command lacks exits 2 with one line naming it."""
+    result = lens("doctor", "--colour")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "--colour" in result.stderr
+
+
+def test_main_returns_the_status_instead_of_exiting(capsys: pytest.CaptureFixture[str]) -> None:
+    """`main()` returns argparse's status for --help and for bad input."""
+    assert main(["--help"]) == 0
+    assert main(["metrics", "--format", "xml", "--import", "json"]) == 2
+    captured = capsys.readouterr()
+    assert "invalid choice: 'xml'" in captured.err
+
+
+def test_console_script_points_at_run() -> None:
+    """lens-core declares the `lens` console script as `nemo.lens.cli:run`."""
+    scripts = metadata.entry_points(group="console_scripts")
+    (entry,) = [entry for entry in scripts if entry.name == "lens"]
+    assert entry.value == "nemo.lens.cli:run"
+    assert entry.dist is not None
+    assert entry.dist.name == "lens-core"
+
+
+def test_run_exits_with_the_status_of_main() -> None:
+    """The console-script function exits with main()'s status (2 for bad input)."""
+    code = "import sys; sys.argv = ['lens', 'metrics']; from nemo.lens.cli import run; run()"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert "the following arguments are required: --import" in result.stderr
+
+
+def test_importing_nemo_lens_does_not_import_the_cli() -> None:
+    """`import nemo.lens` loads no module of the CLI package."""
+    code = (
+        "import sys, nemo.lens; "
+        "print(sorted(m for m in sys.modules if m.startswith('nemo.lens.cli')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"

@@ -1,0 +1,118 @@
+"""`record_rl_metrics`: the legacy per-step call, mapped onto lens-core's metric registry.
+
+The shim never creates an instrument itself. It makes sure a group named "rl" exists (the
+legacy definition, unless a consumer registered its own) and hands the values to
+`record_metrics`, so validation, caching, fork safety and the once-per-key warnings are
+lens-core's, and a consumer's own "rl" definition always wins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from typing import Any, Final
+
+from lens_compat_rl._specs import LEGACY_RL_GROUP, LEGACY_RL_SPECS
+from nemo.lens.instruments import record_metrics, register_metric_group, registered_metric_groups
+
+__all__ = ["DEPRECATION_MESSAGE", "REMOVAL_RELEASE", "record_rl_metrics"]
+
+_logger = logging.getLogger(__name__)
+
+#: The lens release that no longer has a lens-compat-rl to go with it.
+REMOVAL_RELEASE: Final = "0.5.0"
+DEPRECATION_MESSAGE: Final = (
+    "record_rl_metrics() from nemo.lens.instruments.rl is deprecated and goes away in lens "
+    f"{REMOVAL_RELEASE}, together with lens-compat-rl. Declare the series once with "
+    "nemo.lens.register_metric_group('rl', specs) (lens_compat_rl.LEGACY_RL_SPECS keeps the "
+    "legacy series names) and record each step with "
+    "nemo.lens.record_metrics(meter, 'rl', reward_mean=..., ...). "
+    "See docs/migrating-from-record-rl-metrics.md."
+)
+
+# The first call pops the flag. list.pop() is atomic, so even when several threads make
+# their first call together exactly one of them warns; no lock is held across fork().
+_deprecation_pending: list[bool] = [True]
+# Failure kinds already logged, so a broken set-up logs once instead of every step.
+_logged_failures: set[str] = set()
+
+
+def record_rl_metrics(
+    meter: Any,
+    reward_mean: float | None = None,
+    kl_divergence: float | None = None,
+    policy_loss: float | None = None,
+    value_loss: float | None = None,
+    entropy: float | None = None,
+    response_length_mean: float | None = None,
+    grad_norm: float | None = None,
+    learning_rate: float | None = None,
+    throughput_tokens_per_sec: float | None = None,
+    generation_duration_ms: float | None = None,
+    rollout_duration_ms: float | None = None,
+) -> None:
+    """Record legacy RL metrics into the metric group "rl". Deprecated.
+
+    If no group "rl" is registered, the legacy definition (`LEGACY_RL_SPECS`) is
+    registered first, so the series keep their legacy names, kinds and units. If a
+    consumer registered "rl", the values go into that group under these keyword names,
+    and a keyword the group does not declare is skipped with lens-core's once-per-key
+    warning. `None` values are skipped.
+
+    Never raises an `Exception` of its own. The first call in a process issues one
+    `DeprecationWarning` at the caller's line, after the values are recorded; a warning
+    filter set to "error" turns that one warning into an exception, as it would for any
+    deprecated call.
+
+    The parameters stay positional-or-keyword, in the legacy order and without
+    `**kwargs`, because callers filter their keywords against `inspect.signature`.
+
+    Args:
+        meter: The meter to record on, usually `handle.meter`.
+        reward_mean: Each keyword after `meter` is one value for the `LEGACY_RL_SPECS`
+            entry whose key is that keyword (`reward_mean` -> `rl.reward.mean`, ...,
+            `rollout_duration_ms` -> `rl.rollout.duration_ms`).
+    """
+    try:
+        if LEGACY_RL_GROUP not in registered_metric_groups():
+            _register_legacy_group()
+        record_metrics(
+            meter,
+            LEGACY_RL_GROUP,
+            reward_mean=reward_mean,
+            kl_divergence=kl_divergence,
+            policy_loss=policy_loss,
+            value_loss=value_loss,
+            entropy=entropy,
+            response_length_mean=response_length_mean,
+            grad_norm=grad_norm,
+            learning_rate=learning_rate,
+            throughput_tokens_per_sec=throughput_tokens_per_sec,
+            generation_duration_ms=generation_duration_ms,
+            rollout_duration_ms=rollout_duration_ms,
+        )
+    except Exception as exc:  # never break the training step
+        _log_failure_once(exc)
+    if _deprecation_pending:
+        try:
+            _deprecation_pending.pop()
+        except IndexError:  # another thread's first call got there first
+            return
+        warnings.warn(DEPRECATION_MESSAGE, DeprecationWarning, stacklevel=2)
+
+
+def _register_legacy_group() -> None:
+    # ValueError: another thread, or the consumer, registered "rl" since we looked; use theirs.
+    with contextlib.suppress(ValueError):
+        register_metric_group(LEGACY_RL_GROUP, LEGACY_RL_SPECS)
+
+
+def _log_failure_once(exc: Exception) -> None:
+    kind = type(exc).__name__
+    if kind in _logged_failures:
+        return
+    _logged_failures.add(kind)
+    _logger.warning(
+        "record_rl_metrics: unexpected %s (%s); the call was skipped", kind, exc, exc_info=exc
+    )

@@ -9,6 +9,14 @@ from __future__ import annotations
 from opentelemetry import metrics, trace
 
 from nemo.lens.groups import SpanGroup, SpanRegistry
+from nemo.lens.helpers import (
+    DEFAULT_REDACT_KEYS,
+    managed_span,
+    redact_value,
+    safe_set_span_attributes,
+    span_cm,
+    trace_fn,
+)
 from nemo.lens.instruments import (
     MetricSpec,
     record_metrics,
@@ -16,6 +24,7 @@ from nemo.lens.instruments import (
     registered_metric_groups,
     unregister_metric_group,
 )
+from nemo.lens.propagation import extract_context, inject_context
 from nemo.lens.state import (
     enabled_span_groups,
     is_span_group_enabled,
@@ -25,19 +34,27 @@ from nemo.lens.state import (
 from nemo.lens.version import __version__
 
 __all__ = [
+    "DEFAULT_REDACT_KEYS",
     "MetricSpec",
     "SpanGroup",
     "SpanRegistry",
     "__version__",
     "enabled_span_groups",
+    "extract_context",
     "get_meter",
     "get_tracer",
+    "inject_context",
     "is_span_group_enabled",
+    "managed_span",
     "pending_span_groups",
     "record_metrics",
+    "redact_value",
     "register_metric_group",
     "registered_metric_groups",
+    "safe_set_span_attributes",
     "set_enabled_span_groups",
+    "span_cm",
+    "trace_fn",
     "unregister_metric_group",
 ]
 

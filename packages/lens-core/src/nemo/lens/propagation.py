@@ -1,0 +1,73 @@
+"""Carry the current trace context across process boundaries (W3C trace context, baggage).
+
+Both functions go through OpenTelemetry's global text-map propagator. An exporting setup
+installs the W3C composite propagator (unless `OTEL_PROPAGATORS` is set); elsewhere the
+API default applies, so both work in a process that never ran setup.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from opentelemetry import propagate
+from opentelemetry.context import Context
+
+__all__ = ["extract_context", "inject_context"]
+
+_logger = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def inject_context(carrier: dict[str, str]) -> None:
+    """Write the current context into `carrier` (`traceparent`, and `tracestate`/`baggage`
+    when present). Never raises; a carrier that cannot be written is left as it is.
+    """
+    try:
+        propagate.inject(carrier)
+    except Exception as exc:
+        _warn_once("inject_context", exc)
+
+
+def extract_context(carrier: dict[str, str]) -> Context:
+    """Return the context `carrier` describes; never raises.
+
+    An empty or invalid carrier gives a context whose span is invalid, so a span started
+    under it becomes a new root.
+    """
+    try:
+        return propagate.extract(carrier)
+    except Exception as exc:
+        _warn_once("extract_context", exc)
+        return Context()
+
+
+def install_w3c_propagator() -> None:
+    """Make the W3C composite propagator (tracecontext plus baggage) global.
+
+    Called by an exporting setup. Leaves the global alone when `OTEL_PROPAGATORS` is set,
+    because the API has already built the propagators it names.
+    """
+    if os.environ.get("OTEL_PROPAGATORS", "").strip():
+        return
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    propagate.set_global_textmap(
+        CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+    )
+
+
+def _warn_once(where: str, exc: Exception) -> None:
+    memory_key = f"{where}:{type(exc).__name__}"
+    if memory_key in _warned:
+        return
+    _warned.add(memory_key)
+    _logger.warning(
+        "%s failed (%s: %s); the carrier is ignored. Further %s errors are not logged.",
+        where,
+        type(exc).__name__,
+        exc,
+        type(exc).__name__,
+    )

@@ -22,11 +22,12 @@ from nemo.lens.instruments import _registry
 from nemo.lens.instruments._registry import (
     GROUPS,
     UNREGISTERED,
+    Emitter,
     MeterCache,
     MetricGroup,
     warn_once,
 )
-from nemo.lens.instruments._spec import METRIC_KINDS
+from nemo.lens.instruments._spec import METRIC_KINDS, NON_NEGATIVE_KINDS
 
 __all__ = ["record_metrics"]
 
@@ -34,7 +35,10 @@ _logger = logging.getLogger(__name__)
 
 # The largest int that converts to a float without OverflowError.
 _INT_LIMIT: Final = int(sys.float_info.max)
-_SCALAR_ATTRIBUTE_TYPES: Final = (str, bool, int, float)
+_INFINITY: Final = math.inf
+# The smallest value each kind accepts: finite for all, and >= 0 for some.
+_LOWEST_FINITE: Final = -sys.float_info.max
+_SCALAR_ATTRIBUTE_TYPES: Final = frozenset({str, bool, int, float})
 
 
 def record_metrics(
@@ -79,8 +83,10 @@ def record_metrics(
         if state is None:
             _warn_unregistered(group)
             return
+        # No liveness check needed: the weak reference's callback drops the entry while
+        # the meter is being freed, before its id can be reused.
         cache = state.meters.get(id(meter))
-        if cache is None or cache.ref() is not meter:
+        if cache is None:
             cache = _attach(state, meter)
             if cache is None:
                 return
@@ -88,27 +94,29 @@ def record_metrics(
         if attributes is not None:
             attributes = _clean_attributes(state, attributes)
         emitters = cache.emitters
-        non_negative_keys = state.non_negative_keys
         for key, value in items.items():
-            if value is None:
-                continue
-            emit = emitters.get(key)
-            if emit is None:
-                emit = _create_emitter(state, cache, meter, key)
-                if emit is None:
-                    continue
-            value_type = type(value)
-            if value_type is float:
-                if value - value != 0.0:  # NaN or infinity
-                    _warn_value(state, key, value, "it is not finite")
-                    continue
-            elif value_type is not int or not -_INT_LIMIT <= value <= _INT_LIMIT:
-                value = _coerce(state, key, value)
+            try:
+                emit, lowest = emitters[key]
+            except KeyError:  # None, an undeclared key, or the key's first record
                 if value is None:
                     continue
-            if value < 0 and key in non_negative_keys:
-                _warn_value(state, key, value, "this kind only accepts values >= 0")
-                continue
+                entry = _create_emitter(state, cache, meter, key)
+                if entry is None:
+                    continue
+                emit, lowest = entry
+            # One chained comparison per value: it fails for NaN, infinities, values
+            # below the kind's floor and ints too large for a float.
+            value_type = type(value)
+            if value_type is float:
+                if not lowest <= value < _INFINITY:
+                    _reject_float(state, key, value)
+                    continue
+            elif value_type is not int or not lowest <= value <= _INT_LIMIT:
+                if value is None:
+                    continue
+                value = _coerce(state, key, value, lowest)
+                if value is None:
+                    continue
             try:
                 emit(value, attributes)
             except Exception as exc:
@@ -170,7 +178,7 @@ def _attach(state: MetricGroup, meter: Any) -> MeterCache | None:
         if usable:
             with _registry.lock:
                 cache = meters.get(meter_id)
-                if cache is None or cache.ref() is not meter:
+                if cache is None:
                     cache = meters[meter_id] = MeterCache(ref)
             return cache
         reason = "it lacks the create_counter/create_gauge/create_histogram methods"
@@ -222,8 +230,10 @@ def _merge(state: MetricGroup, values: object, kwargs: dict[str, object]) -> Map
     return merged
 
 
-def _create_emitter(state: MetricGroup, cache: MeterCache, meter: Any, key: object) -> Any:
-    """Return the record method for `key`, creating its instrument on first use."""
+def _create_emitter(
+    state: MetricGroup, cache: MeterCache, meter: Any, key: object
+) -> Emitter | None:
+    """Return the record method and lowest value for `key`, creating its instrument once."""
     spec = state.spec_by_key.get(key) if type(key) is str else None
     if spec is None:
         if type(key) is str:
@@ -249,8 +259,8 @@ def _create_emitter(state: MetricGroup, cache: MeterCache, meter: Any, key: obje
     create_name, record_name = METRIC_KINDS[spec.kind]
     error: Exception | None = None
     with _registry.lock:
-        emit = cache.emitters.get(spec.key)
-        if emit is None and spec.key not in cache.failed:
+        entry = cache.emitters.get(spec.key)
+        if entry is None and spec.key not in cache.failed:
             try:
                 instrument = getattr(meter, create_name)(
                     spec.name, unit=spec.unit, description=spec.description
@@ -260,7 +270,8 @@ def _create_emitter(state: MetricGroup, cache: MeterCache, meter: Any, key: obje
                 cache.failed.add(spec.key)
                 error = exc
             else:
-                cache.emitters[spec.key] = emit
+                lowest = 0.0 if spec.kind in NON_NEGATIVE_KINDS else _LOWEST_FINITE
+                entry = cache.emitters[spec.key] = (emit, lowest)
     if error is not None:
         warn_once(
             state,
@@ -274,25 +285,35 @@ def _create_emitter(state: MetricGroup, cache: MeterCache, meter: Any, key: obje
             type(error).__name__,
             error,
         )
-    return emit
+    return entry
 
 
-def _coerce(state: MetricGroup, key: str, value: object) -> int | float | None:
+def _reject_float(state: MetricGroup, key: str, value: float) -> None:
+    if value - value == 0.0:
+        _warn_value(state, key, value, "this kind only accepts values >= 0")
+    else:
+        _warn_value(state, key, value, "it is not finite")
+
+
+def _coerce(state: MetricGroup, key: str, value: object, lowest: float) -> int | float | None:
     """Turn any accepted real number into a Python int or float, or warn and give None."""
     reason = "it is not a real number"
     try:
+        number: int | float
         if isinstance(value, bool):
             reason = "bool is not accepted as a number"
-        elif isinstance(value, numbers.Integral):
-            number: int | float = int(value)
-            if -_INT_LIMIT <= number <= _INT_LIMIT:
-                return number
-            reason = "it is too large to convert to a float"
         elif isinstance(value, numbers.Real):
-            number = float(value)
-            if math.isfinite(number):
+            number = int(value) if isinstance(value, numbers.Integral) else float(value)
+            if not -_INT_LIMIT <= number <= _INT_LIMIT:
+                reason = (
+                    "it is not finite"
+                    if isinstance(number, float)
+                    else "it is too large to convert to a float"
+                )
+            elif number < lowest:
+                reason = "this kind only accepts values >= 0"
+            else:
                 return number
-            reason = "it is not finite"
     except Exception as exc:
         reason = f"converting it failed ({type(exc).__name__})"
     _warn_value(state, key, value, reason)

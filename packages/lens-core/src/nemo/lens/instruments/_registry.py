@@ -11,12 +11,13 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from nemo.lens.errors import LensTypeError, LensValueError
-from nemo.lens.instruments._spec import NON_NEGATIVE_KINDS, MetricSpec
+from nemo.lens.instruments._spec import MetricSpec
 
 __all__ = [
+    "Emitter",
     "MeterCache",
     "MetricGroup",
     "register_metric_group",
@@ -25,6 +26,8 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
+
+Emitter: TypeAlias = tuple[Callable[..., object], float]
 
 #: Distinct warnings remembered per group; past it, one last line says the rest are muted.
 WARNING_CAP: Final = 100
@@ -37,8 +40,9 @@ class MeterCache:
 
     def __init__(self, ref: Any) -> None:
         self.ref = ref
-        #: key -> the bound record method (`set`, `add` or `record`) of its instrument.
-        self.emitters: dict[str, Callable[..., object]] = {}
+        #: key -> its instrument's record method (`set`, `add` or `record`) and the
+        #: lowest value its kind accepts.
+        self.emitters: dict[str, Emitter] = {}
         #: keys whose instrument could not be created on this meter.
         self.failed: set[str] = set()
 
@@ -46,15 +50,12 @@ class MeterCache:
 class MetricGroup:
     """A registered group: its specs and what recording has learned about it."""
 
-    __slots__ = ("capped", "meters", "name", "non_negative_keys", "spec_by_key", "specs", "warned")
+    __slots__ = ("capped", "meters", "name", "spec_by_key", "specs", "warned")
 
     def __init__(self, name: str, specs: tuple[MetricSpec, ...]) -> None:
         self.name = name
         self.specs = specs
         self.spec_by_key = {spec.key: spec for spec in specs}
-        self.non_negative_keys = frozenset(
-            spec.key for spec in specs if spec.kind in NON_NEGATIVE_KINDS
-        )
         #: id(meter) -> its cache; the cache's weak reference removes the entry.
         self.meters: dict[int, MeterCache] = {}
         self.warned: dict[Hashable, object] = {}

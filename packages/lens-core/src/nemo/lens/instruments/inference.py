@@ -51,6 +51,7 @@ def record_inference_metrics(
             # ValueError: another thread registered it first, which is just as good.
             with contextlib.suppress(ValueError):
                 register_metric_group(INFERENCE_GROUP, INFERENCE_SPECS)
+        # Literal names rather than nemo.lens.semconv: the root import must not load it.
         attributes: dict[str, object] = {
             "gen_ai.operation.name": operation_name,
             "gen_ai.provider.name": provider_name,

@@ -1,0 +1,177 @@
+"""`NemoLensConfig`: what a process asks lens to do, from code or from the environment.
+
+The configuration is a plain mutable dataclass because consumers build it with
+`from_env` and then assign fields. Only the sample rate is checked at construction;
+`setup_telemetry` checks the rest, after any such assignment.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+from nemo.lens.errors import LensTypeError, LensValueError
+
+__all__ = ["NemoLensConfig"]
+
+_T = TypeVar("_T")
+
+_TRUE_SPELLINGS: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE_SPELLINGS: Final = frozenset({"0", "false", "no", "off"})
+_BOOL_FORM: Final = "one of 1/true/yes/on or 0/false/no/off (any case)"
+
+#: Exporter names `setup_telemetry` accepts for `NemoLensConfig.exporter`.
+EXPORTERS: Final = ("otlp", "console", "prometheus")
+
+
+@dataclass
+class NemoLensConfig:
+    """Settings for `setup_telemetry`; every field has a default and an environment key.
+
+    See `docs/configuration.md` for each field's environment variable, default and
+    accepted values.
+
+    Raises:
+        ValueError: `export_sample_rate` lies outside [0.0, 1.0] or is NaN.
+        TypeError: `export_sample_rate` is not a number.
+    """
+
+    enabled: bool = False
+    service_name: str = "nemo"
+    export_strategy: str = "single_rank"
+    export_rank: int = -1
+    export_sample_rate: float = 1.0
+    sampler_enabled: bool = False
+    traces_enabled: bool = True
+    metrics_enabled: bool = True
+    logs_enabled: bool = False
+    span_groups: str = "default"
+    exporter: str = "otlp"
+    run_id: str = ""
+    user: str = ""
+    wandb_entity: str = ""
+    wandb_project: str = ""
+    _span_group_cls: type | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_sample_rate(self.export_sample_rate, "NemoLensConfig.export_sample_rate")
+
+    @property
+    def resolved_span_groups(self) -> frozenset[str]:
+        """The span groups `span_groups` selects, by the rule setup uses.
+
+        A configured span-group class resolves strictly; else, when `SpanRegistry` has a
+        namespace, the registry resolves leniently and this returns its enabled set; else
+        `SpanGroup` resolves strictly.
+
+        Raises:
+            ValueError: A strict resolver does not know a part of `span_groups`.
+        """
+        from nemo.lens.groups import SpanRegistry, strict_resolver_for
+
+        strict = strict_resolver_for(self._span_group_cls)
+        if strict is None:
+            return SpanRegistry.resolve(self.span_groups)[0]
+        return strict.resolve(self.span_groups)
+
+    @classmethod
+    def from_env(
+        cls,
+        prefix: str = "NEMO_LENS",
+        fallback_prefix: str | None = None,
+        span_group_cls: type | None = None,
+    ) -> NemoLensConfig:
+        """Build a configuration from environment variables.
+
+        Each field's key is read from `{prefix}_{KEY}`, then `{fallback_prefix}_{KEY}`,
+        then the default; a blank value counts as unset. Bools take 1/true/yes/on or
+        0/false/no/off in any case; ints and floats are parsed with `int()`/`float()`;
+        strings are stripped and keep their case. `service_name` comes from
+        `OTEL_SERVICE_NAME`; `wandb_entity` and `wandb_project` from `WANDB_ENTITY` and
+        `WANDB_PROJECT`, unprefixed and unstripped.
+
+        Args:
+            prefix: The primary prefix, e.g. `"MEGATRON_OTEL"`.
+            fallback_prefix: A second prefix read when the primary key is unset.
+            span_group_cls: A `SpanGroup` subclass that resolves `span_groups` strictly.
+
+        Raises:
+            ValueError: A bool, int or float does not parse, or the sample rate is out of
+                range. The message names the variable and the accepted form.
+        """
+        reader = _EnvReader(os.environ, prefix, fallback_prefix)
+        return cls(
+            enabled=reader.read("ENABLED", _parse_bool, _BOOL_FORM, False),
+            service_name=os.environ.get("OTEL_SERVICE_NAME", "").strip() or "nemo",
+            export_strategy=reader.read("EXPORT_STRATEGY", str, "a string", "single_rank"),
+            export_rank=reader.read("EXPORT_RANK", int, "an integer, e.g. 0 or -1", -1),
+            export_sample_rate=reader.read(
+                "EXPORT_SAMPLE_RATE", _parse_rate, "a number in [0.0, 1.0]", 1.0
+            ),
+            sampler_enabled=reader.read("SAMPLER_ENABLED", _parse_bool, _BOOL_FORM, False),
+            traces_enabled=reader.read("TRACES_ENABLED", _parse_bool, _BOOL_FORM, True),
+            metrics_enabled=reader.read("METRICS_ENABLED", _parse_bool, _BOOL_FORM, True),
+            logs_enabled=reader.read("LOGS_ENABLED", _parse_bool, _BOOL_FORM, False),
+            span_groups=reader.read("SPAN_GROUPS", str, "a string", "default"),
+            exporter=reader.read("EXPORTER", str, "a string", "otlp"),
+            run_id=reader.read("RUN_ID", str, "a string", ""),
+            user=reader.read("USER_ID", str, "a string", ""),
+            wandb_entity=os.environ.get("WANDB_ENTITY", ""),
+            wandb_project=os.environ.get("WANDB_PROJECT", ""),
+            _span_group_cls=span_group_cls,
+        )
+
+
+class _EnvReader:
+    """Reads `{prefix}_{KEY}`, then `{fallback_prefix}_{KEY}`, parsing and naming errors."""
+
+    def __init__(
+        self, environ: Mapping[str, str], prefix: str, fallback_prefix: str | None
+    ) -> None:
+        self._environ = environ
+        self._prefix = prefix
+        self._fallback_prefix = fallback_prefix
+
+    def read(self, key: str, parse: Callable[[str], _T], accepted: str, default: _T) -> _T:
+        primary = f"{self._prefix}_{key}"
+        source = primary
+        raw = self._environ.get(primary, "").strip()
+        if not raw and self._fallback_prefix is not None:
+            source = f"{self._fallback_prefix}_{key}"
+            raw = self._environ.get(source, "").strip()
+        if not raw:
+            return default
+        try:
+            return parse(raw)
+        except ValueError as exc:
+            where = "" if source == primary else f" (read from {source})"
+            raise LensValueError(
+                f"Invalid value for {primary}{where}: {raw!r}; expected {accepted}"
+            ) from exc
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in _TRUE_SPELLINGS:
+        return True
+    if lowered in _FALSE_SPELLINGS:
+        return False
+    raise ValueError(f"not a boolean spelling: {raw!r}")
+
+
+def _parse_rate(raw: str) -> float:
+    rate = float(raw)
+    _check_sample_rate(rate, "export_sample_rate")
+    return rate
+
+
+def _check_sample_rate(rate: Any, name: str) -> None:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        raise LensTypeError(
+            f"{name} must be a number in [0.0, 1.0], got {type(rate).__name__} ({rate!r})"
+        )
+    if math.isnan(rate) or not 0.0 <= rate <= 1.0:
+        raise LensValueError(f"{name} must lie in [0.0, 1.0], got {rate!r}")

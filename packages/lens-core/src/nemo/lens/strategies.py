@@ -1,0 +1,170 @@
+"""Export strategies: which processes of a distributed job export telemetry.
+
+A strategy is called once per setup as `strategy(config, rank, world_size)`, and its
+result is read as a bool. Consumers select one by name through
+`NemoLensConfig.export_strategy`, or pass a callable to `setup_telemetry`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable
+from typing import Final, TypeAlias
+
+from nemo.lens.config import NemoLensConfig
+from nemo.lens.errors import LensTypeError, LensValueError
+
+__all__ = [
+    "BUILTIN_STRATEGIES",
+    "ExportStrategy",
+    "get_export_strategy",
+    "register_export_strategy",
+    "registered_strategies",
+    "unregister_export_strategy",
+]
+
+ExportStrategy: TypeAlias = Callable[[NemoLensConfig, int, int], bool]
+
+
+def _all_ranks(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+    """Every process exports."""
+    return True
+
+
+def _single_rank(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+    """Only `config.export_rank` exports; -1 means the last rank."""
+    target = world_size - 1 if config.export_rank == -1 else config.export_rank
+    return rank == target
+
+
+def _sampled(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+    """A deterministic `export_sample_rate` share of the ranks exports, chosen by hash."""
+    digest = hashlib.md5(str(rank).encode(), usedforsecurity=False).hexdigest()
+    return int(digest, 16) % 10000 / 10000 < config.export_sample_rate
+
+
+def _first_rank_per_node(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+    """The process with `LOCAL_RANK` 0 (or unset) on each node exports."""
+    raw = os.environ.get("LOCAL_RANK") or "0"
+    try:
+        local_rank = int(raw)
+    except ValueError as exc:
+        raise LensValueError(
+            f"Invalid value for LOCAL_RANK: {raw!r}; expected an integer (the process's "
+            "rank on its node), as the first_rank_per_node export strategy reads it"
+        ) from exc
+    return local_rank == 0
+
+
+_BUILTINS: Final[dict[str, ExportStrategy]] = {
+    "all_ranks": _all_ranks,
+    "single_rank": _single_rank,
+    "sampled": _sampled,
+    "first_rank_per_node": _first_rank_per_node,
+}
+
+#: The strategies registered at import; they can be overridden but never unregistered.
+BUILTIN_STRATEGIES: Final = frozenset(_BUILTINS)
+
+_strategies: dict[str, ExportStrategy] = dict(_BUILTINS)
+_lock = threading.Lock()
+
+
+def register_export_strategy(
+    name: str, strategy: ExportStrategy, *, allow_override: bool = False
+) -> None:
+    """Register `strategy` under `name`, so `export_strategy=name` selects it.
+
+    Args:
+        name: A non-empty name.
+        strategy: A callable `(config, rank, world_size) -> bool`.
+        allow_override: Replace an existing entry, a built-in included.
+
+    Raises:
+        ValueError: `name` is empty, or taken and `allow_override` is false.
+        TypeError: `strategy` is not callable.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise LensValueError(
+            f"register_export_strategy: name must be a non-empty string, got {name!r}"
+        )
+    if not callable(strategy):
+        raise LensTypeError(
+            "register_export_strategy: strategy must be a callable (config, rank, "
+            f"world_size) -> bool, got {type(strategy).__name__} ({strategy!r})"
+        )
+    with _lock:
+        if name in _strategies and not allow_override:
+            kind = "built-in" if name in BUILTIN_STRATEGIES else "custom"
+            raise LensValueError(
+                f"register_export_strategy: {kind} strategy {name!r} is already "
+                "registered; pass allow_override=True to replace it"
+            )
+        _strategies[name] = strategy
+
+
+def unregister_export_strategy(name: str) -> None:
+    """Remove a custom strategy.
+
+    Raises:
+        ValueError: `name` is a built-in, or is not registered.
+    """
+    if name in BUILTIN_STRATEGIES:
+        raise LensValueError(
+            f"Cannot unregister built-in strategy {name!r}; built-ins are "
+            f"{sorted(BUILTIN_STRATEGIES)}"
+        )
+    with _lock:
+        if _strategies.pop(name, None) is not None:
+            return
+    raise LensValueError(f"Export strategy {name!r} is not registered.")
+
+
+def get_export_strategy(name: str) -> ExportStrategy:
+    """Return the strategy registered under `name`.
+
+    Raises:
+        ValueError: Nothing is registered under `name`; the message lists what is.
+    """
+    strategy = _strategies.get(name)
+    if strategy is None:
+        raise LensValueError(
+            f"Unknown export_strategy '{name}'. Registered strategies: {registered_strategies()}."
+        )
+    return strategy
+
+
+def registered_strategies() -> list[str]:
+    """Return every registered strategy name, built-in and custom, sorted."""
+    with _lock:
+        return sorted(_strategies)
+
+
+def _reset_to_builtins() -> None:
+    """Forget custom strategies and overrides (used by `nemo.lens.testing`)."""
+    with _lock:
+        _strategies.clear()
+        _strategies.update(_BUILTINS)
+
+
+# Held across fork() and replaced in the child, so a child never inherits it locked.
+def _acquire_before_fork() -> None:
+    _lock.acquire()
+
+
+def _release_in_parent() -> None:
+    _lock.release()
+
+
+def _replace_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(
+    before=_acquire_before_fork,
+    after_in_parent=_release_in_parent,
+    after_in_child=_replace_in_child,
+)

@@ -1,0 +1,140 @@
+"""What a forked child does with the telemetry pipeline its parent built: it stays quiet.
+
+A child forked from a process with telemetry running (a data-loader worker, a launcher
+that forks its ranks) inherits the parent's providers, their accumulated metric points
+(SDK 1.44+ keeps them in the child) and the parent's service identity. Exporting from
+there would send the parent's points a second time under the parent's name. So:
+
+- Nothing leaves a child through an inherited pipeline. Every metric collection returns
+  nothing outside the process that built the pipeline, and every span exporter lens puts
+  behind its batch processor drops its batches there. Recording in the child still
+  works and costs what it costs in the parent; it simply goes nowhere.
+- The child never deadlocks on the SDK's metric storage: collection runs under lens's
+  collection gate, which `fork()` takes first, so the SDK's reader thread is never
+  halfway through a collection (holding storage locks) when the child is created.
+- The child may call `setup_telemetry` to start a pipeline of its own (the init guard is
+  per process); that pipeline's `service.instance.id` carries the child's pid.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+__all__ = [
+    "bind_span_exporter_to_process",
+    "gate_metric_reader",
+    "inherited_a_pipeline",
+    "note_pipeline_built",
+]
+
+_logger = logging.getLogger(__name__)
+
+#: How long fork() waits for an in-flight metric collection before going ahead.
+FORK_GATE_TIMEOUT_S: Final = 5.0
+
+# Held around every metric collection and taken by fork(); re-entrant so a collection
+# callback that itself collects cannot deadlock.
+_gate = threading.RLock()
+_gate_held_for_fork = False
+_pipelines_built = 0
+_inherited = False
+
+
+def note_pipeline_built() -> None:
+    """Record that this process built a pipeline (its forked children inherit one)."""
+    global _pipelines_built
+    _pipelines_built += 1
+
+
+def inherited_a_pipeline() -> bool:
+    """True in a process forked (directly or not) from one that had built a pipeline."""
+    return _inherited
+
+
+def gate_metric_reader(reader: MetricReader, owner_pid: int) -> bool:
+    """Make `reader` collect nothing outside `owner_pid`, and collect under the fork gate.
+
+    The gate wraps the collection callback the `MeterProvider` gave the reader (the one
+    point every reader, periodic, pull or in-memory, collects through). Returns False,
+    leaving the reader as it was, on an SDK release without that callback.
+    """
+    original: Callable[..., Any] | None = getattr(reader, "_collect", None)
+    if not callable(original):
+        _logger.warning(
+            "this OpenTelemetry SDK gives %s no collection callback; a forked child of "
+            "this process may export metric points its parent recorded",
+            type(reader).__name__,
+        )
+        return False
+
+    def collect_in_owner(*args: Any, **kwargs: Any) -> Any:
+        if os.getpid() != owner_pid:
+            return None  # a forked child: the inherited points are the parent's to export
+        with _gate:
+            return original(*args, **kwargs)
+
+    reader._collect = collect_in_owner  # wraps the callback the MeterProvider installed
+    return True
+
+
+def bind_span_exporter_to_process(exporter: SpanExporter, owner_pid: int) -> SpanExporter:
+    """Return `exporter` wrapped so that it exports only inside `owner_pid`."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class ProcessBoundSpanExporter(SpanExporter):
+        """Forwards to the wrapped exporter in its own process; drops batches elsewhere."""
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            if os.getpid() != owner_pid:
+                return SpanExportResult.SUCCESS
+            return exporter.export(spans)
+
+        def shutdown(self) -> None:
+            # A child must not close connections its parent is still using.
+            if os.getpid() == owner_pid:
+                exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            if os.getpid() != owner_pid:
+                return True
+            return exporter.force_flush(timeout_millis)
+
+    return ProcessBoundSpanExporter()
+
+
+def _take_gate_before_fork() -> None:
+    global _gate_held_for_fork
+    # Bounded: a collection stuck in an exporter must not block fork() forever. Past
+    # the bound the fork goes ahead, as it would have without lens.
+    _gate_held_for_fork = _gate.acquire(timeout=FORK_GATE_TIMEOUT_S)
+
+
+def _release_gate_in_parent() -> None:
+    global _gate_held_for_fork
+    if _gate_held_for_fork:
+        _gate_held_for_fork = False
+        _gate.release()
+
+
+def _reset_in_child() -> None:
+    global _gate, _gate_held_for_fork, _inherited, _pipelines_built
+    _gate = threading.RLock()
+    _gate_held_for_fork = False
+    _inherited = _inherited or _pipelines_built > 0
+    _pipelines_built = 0
+
+
+os.register_at_fork(
+    before=_take_gate_before_fork,
+    after_in_parent=_release_gate_in_parent,
+    after_in_child=_reset_in_child,
+)

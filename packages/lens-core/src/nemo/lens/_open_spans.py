@@ -1,0 +1,113 @@
+"""Ending the spans still open when the tracer provider shuts down.
+
+A training job that is stopped mid-step (SIGTERM, an exception) leaves its job and step
+spans open, and the SDK exports only ended spans, so the most interesting spans would
+vanish. lens's processor remembers every open span; at shutdown it ends them, innermost
+first, marked as truncated. It is registered before the batch processor, so the batch
+processor is still running when those spans end and exports them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor
+
+__all__ = ["OpenSpanTracker", "build_open_span_closer"]
+
+_logger = logging.getLogger(__name__)
+
+TRUNCATED_ATTRIBUTE: Final = "nemo.span.truncated"
+TRUNCATED_EVENT: Final = "nemo.span.truncated"
+TRUNCATED_REASON_ATTRIBUTE: Final = "nemo.span.truncated.reason"
+SHUTDOWN_REASON: Final = "telemetry shutdown while the span was open"
+
+
+class OpenSpanTracker:
+    """The spans started and not yet ended, in start order."""
+
+    def __init__(self) -> None:
+        # Keyed by span id (on_end gets a readable copy, not the started object); a dict
+        # keeps start order, so reversing it ends every child (which always starts after
+        # its parent) before its parent.
+        self._open: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        _live_trackers.add(self)
+
+    def started(self, span: Any) -> None:
+        with self._lock:
+            self._open[span.context.span_id] = span
+
+    def ended(self, span: Any) -> None:
+        with self._lock:
+            self._open.pop(span.context.span_id, None)
+
+    def open_count(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def end_all(self, reason: str = SHUTDOWN_REASON) -> int:
+        """End every open span, innermost first, marked truncated; return how many."""
+        with self._lock:
+            spans = list(self._open.values())
+            self._open.clear()
+        for span in reversed(spans):
+            try:
+                if not span.is_recording():
+                    continue
+                span.set_attribute(TRUNCATED_ATTRIBUTE, True)
+                span.add_event(TRUNCATED_EVENT, {TRUNCATED_REASON_ATTRIBUTE: reason})
+                span.end()
+            except Exception as exc:  # one broken span must not keep the others open
+                _logger.warning(
+                    "could not end open span %r at shutdown (%s: %s)",
+                    getattr(span, "name", span),
+                    type(exc).__name__,
+                    exc,
+                )
+        return len(spans)
+
+    def forget_inherited(self) -> None:
+        """In a forked child: the parent's open spans are the parent's to end."""
+        self._open = {}
+        self._lock = threading.Lock()
+
+
+def build_open_span_closer(tracker: OpenSpanTracker) -> SpanProcessor:
+    """Return an SDK span processor that feeds `tracker` and ends its spans at shutdown."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class OpenSpanCloser(SpanProcessor):
+        """Tracks open spans; its shutdown ends those still open."""
+
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            tracker.started(span)
+
+        def on_end(self, span: Any) -> None:
+            tracker.ended(span)
+
+        def shutdown(self) -> None:
+            count = tracker.end_all()
+            if count:
+                _logger.info("ended %d span(s) still open at shutdown, marked truncated", count)
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    return OpenSpanCloser()
+
+
+_live_trackers: weakref.WeakSet[OpenSpanTracker] = weakref.WeakSet()
+
+
+def _forget_inherited_in_child() -> None:
+    for tracker in list(_live_trackers):
+        tracker.forget_inherited()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_in_child)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from opentelemetry import metrics, trace
 
+from nemo.lens.config import NemoLensConfig
 from nemo.lens.groups import SpanGroup, SpanRegistry
+from nemo.lens.handle import TelemetryHandle, setup_telemetry
 from nemo.lens.helpers import (
     DEFAULT_REDACT_KEYS,
     managed_span,
@@ -31,13 +33,22 @@ from nemo.lens.state import (
     pending_span_groups,
     set_enabled_span_groups,
 )
+from nemo.lens.strategies import (
+    ExportStrategy,
+    register_export_strategy,
+    registered_strategies,
+    unregister_export_strategy,
+)
 from nemo.lens.version import __version__
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
+    "ExportStrategy",
     "MetricSpec",
+    "NemoLensConfig",
     "SpanGroup",
     "SpanRegistry",
+    "TelemetryHandle",
     "__version__",
     "enabled_span_groups",
     "extract_context",
@@ -49,12 +60,16 @@ __all__ = [
     "pending_span_groups",
     "record_metrics",
     "redact_value",
+    "register_export_strategy",
     "register_metric_group",
     "registered_metric_groups",
+    "registered_strategies",
     "safe_set_span_attributes",
     "set_enabled_span_groups",
+    "setup_telemetry",
     "span_cm",
     "trace_fn",
+    "unregister_export_strategy",
     "unregister_metric_group",
 ]
 

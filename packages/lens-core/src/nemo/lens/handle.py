@@ -1,0 +1,342 @@
+"""`setup_telemetry` and the `TelemetryHandle` it returns.
+
+One call per process decides whether the process exports (the export strategy), builds
+the SDK pipeline if it does, and hands back the tracer and meter to record through.
+`handle.tracer` and `handle.meter` come from the providers that call built, so whatever
+OpenTelemetry's set-once globals already hold, everything recorded through the handle
+reaches this setup's exporters. The globals are set too, for code that uses
+`nemo.lens.get_meter()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import os
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+from nemo.lens import _exporters, _providers, _shutdown, state
+from nemo.lens.config import NemoLensConfig
+from nemo.lens.errors import LensTypeError, LensValueError
+from nemo.lens.groups import SpanGroup, strict_resolver_for
+from nemo.lens.propagation import install_w3c_propagator
+from nemo.lens.strategies import ExportStrategy, get_export_strategy
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.util.types import AttributeValue
+
+__all__ = ["TelemetryHandle", "setup_telemetry"]
+
+_logger = logging.getLogger(__name__)
+
+#: The scope name of `handle.tracer` and `handle.meter`.
+INSTRUMENTATION_SCOPE = "nemo.lens"
+
+# Private, but consumer tests reset it to allow another setup; read at each call.
+_INITIALIZED: bool = False
+# Re-entrant, so a custom export strategy that calls back into lens cannot deadlock.
+_setup_lock = threading.RLock()
+
+
+class TelemetryHandle:
+    """What `setup_telemetry` returns: the tracer and meter to record through.
+
+    Args:
+        tracer: Read back as `handle.tracer`.
+        meter: Read back as `handle.meter`.
+        is_exporting: Whether this process exports (a plain attribute).
+    """
+
+    def __init__(
+        self, tracer: trace.Tracer, meter: metrics.Meter, is_exporting: bool = False
+    ) -> None:
+        self._tracer = tracer
+        self._meter = meter
+        self.is_exporting = is_exporting
+        # Named by consumers; set before any shutdown work so a second call is a no-op.
+        self._shutdown_done = False
+        # The providers setup built; None for a handle built by hand or a no-op setup.
+        self._pipeline: _providers.Pipeline | None = None
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        """The tracer to start spans with."""
+        return self._tracer
+
+    @property
+    def meter(self) -> metrics.Meter:
+        """The meter to pass to `record_metrics` or create instruments on."""
+        return self._meter
+
+    def force_flush(self, timeout_ms: int = 5000) -> bool:
+        """Export everything recorded so far, waiting at most about `timeout_ms`.
+
+        Returns:
+            True when every provider flushed in time; False otherwise, or after shutdown.
+        """
+        if self._shutdown_done:
+            return False
+        steps: list[_shutdown.Step] = []
+        for provider, label in self._providers():
+            steps += _shutdown.provider_steps(provider, label, flush=True, shut_down=False)
+        return _shutdown.run_within("force_flush", steps, timeout_ms)
+
+    def shutdown(self, timeout_ms: int = 5000) -> None:
+        """Flush, then shut down, the tracer and meter providers; idempotent; never raises.
+
+        For a handle from an exporting setup these are the providers that setup built;
+        for any other handle, the current global providers. Returns within about
+        `timeout_ms` even if a provider blocks: the work runs on a daemon thread and
+        whatever is unfinished at the deadline is abandoned with a warning. Spans still
+        open are ended first, marked `nemo.span.truncated`.
+        """
+        if self._shutdown_done:
+            return
+        self._shutdown_done = True
+        steps: list[_shutdown.Step] = []
+        for provider, label in self._providers():
+            steps += _shutdown.provider_steps(provider, label, flush=True, shut_down=True)
+        pipeline = self._pipeline
+        if pipeline is not None:
+            steps += [("endpoint stop", _ignore_budget(stop)) for stop in pipeline.on_shutdown]
+        _shutdown.run_within("shutdown", steps, timeout_ms)
+
+    def _providers(self) -> list[tuple[object, str]]:
+        pipeline = self._pipeline
+        if pipeline is None:
+            return [
+                (trace.get_tracer_provider(), "tracer provider"),
+                (metrics.get_meter_provider(), "meter provider"),
+            ]
+        built: list[tuple[object, str]] = []
+        if pipeline.tracer_provider is not None:
+            built.append((pipeline.tracer_provider, "tracer provider"))
+        if pipeline.meter_provider is not None:
+            built.append((pipeline.meter_provider, "meter provider"))
+        return built
+
+
+def setup_telemetry(
+    config: NemoLensConfig,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    resource_attributes: Mapping[str, AttributeValue] | None = None,
+    span_exporter: SpanExporter | None = None,
+    metric_reader: MetricReader | None = None,
+    export_strategy: ExportStrategy | None = None,
+    _allow_reinit: bool = False,
+) -> TelemetryHandle:
+    """Set up telemetry for this process and return the handle to record through.
+
+    Args:
+        config: What to set up; usually `NemoLensConfig.from_env(...)`.
+        rank: This process's rank, given together with `world_size` or not at all.
+            Omitted, the export strategy sees rank 0 of 1 and no `dl.rank` is written.
+        world_size: The number of ranks.
+        resource_attributes: Merged last into the resource, so they arrive unchanged.
+        span_exporter: Replaces the configured span exporter (behind a batch processor).
+        metric_reader: Replaces the configured metric reader.
+        export_strategy: A callable `(config, rank, world_size) -> bool` used instead of
+            the strategy `config.export_strategy` names.
+        _allow_reinit: Testing only: allow a second enabled setup in one process.
+
+    Returns:
+        A handle. It exports (`is_exporting=True`) when the config is enabled and the
+        strategy selects this process; otherwise its tracer and meter are no-ops.
+
+    Raises:
+        RuntimeError: An enabled setup already ran in this process.
+        ValueError: A bad rank or world size, an unknown strategy or exporter, an unknown
+            span group (strict resolvers), or a malformed `OTEL_METRIC_EXPORT_INTERVAL`,
+            `OTEL_EXPORTER_PROMETHEUS_PORT` or `LOCAL_RANK`.
+        TypeError: `_span_group_cls` is not a `SpanGroup` subclass, or `export_strategy`
+            is not callable.
+        ImportError: An exporting process lacks the SDK or the configured exporter.
+    """
+    global _INITIALIZED
+    with _setup_lock:
+        if _INITIALIZED and config.enabled and not _allow_reinit:
+            raise RuntimeError(
+                "nemo.lens telemetry has already been initialised for this process; call "
+                "setup_telemetry once per process (_allow_reinit=True is for tests only)"
+            )
+        checked_rank, checked_world_size = _check_rank(rank, world_size)
+        if not config.run_id:
+            config.run_id = os.environ.get("SLURM_JOB_ID", "").strip() or uuid.uuid4().hex[:12]
+        selected = _export_decision(
+            config,
+            export_strategy,
+            0 if checked_rank is None else checked_rank,
+            1 if checked_world_size is None else checked_world_size,
+        )
+        strict_groups: frozenset[str] | None = None
+        if config.enabled:
+            _exporters.check_exporter_name(config.exporter)
+            strict_groups = _strict_span_groups(config)
+            if config.metrics_enabled and metric_reader is None and config.exporter != "prometheus":
+                _exporters.metric_export_interval_ms()
+        if not (config.enabled and selected):
+            handle = _no_op_setup()
+        else:
+            handle = _exporting_setup(
+                config,
+                strict_groups,
+                rank=checked_rank,
+                world_size=checked_world_size,
+                resource_attributes=resource_attributes,
+                span_exporter=span_exporter,
+                metric_reader=metric_reader,
+            )
+        if config.enabled:
+            _INITIALIZED = True
+        return handle
+
+
+def _check_rank(rank: object, world_size: object) -> tuple[int | None, int | None]:
+    if rank is None and world_size is None:
+        return None, None
+    if rank is None or world_size is None:
+        raise LensValueError(
+            f"setup_telemetry: rank and world_size must be given together or not at all, "
+            f"got rank={rank!r}, world_size={world_size!r}"
+        )
+    checked_world_size = _as_int("world_size", world_size, "an integer >= 1")
+    if checked_world_size < 1:
+        raise LensValueError(
+            f"setup_telemetry: world_size must be an integer >= 1, got {world_size!r}"
+        )
+    checked_rank = _as_int("rank", rank, f"an integer in [0, {checked_world_size})")
+    if not 0 <= checked_rank < checked_world_size:
+        raise LensValueError(
+            f"setup_telemetry: rank must be an integer with 0 <= rank < world_size "
+            f"({checked_world_size}), got {rank!r}"
+        )
+    return checked_rank, checked_world_size
+
+
+def _as_int(name: str, value: Any, accepted: str) -> int:
+    if isinstance(value, bool):
+        raise LensValueError(f"setup_telemetry: {name} must be {accepted}, got a bool ({value!r})")
+    try:
+        return operator.index(value)
+    except TypeError as exc:
+        raise LensValueError(
+            f"setup_telemetry: {name} must be {accepted}, got {type(value).__name__} ({value!r})"
+        ) from exc
+
+
+def _export_decision(
+    config: NemoLensConfig, strategy: ExportStrategy | None, rank: int, world_size: int
+) -> bool:
+    if strategy is None:
+        strategy = get_export_strategy(config.export_strategy)
+    elif not callable(strategy):
+        raise LensTypeError(
+            "setup_telemetry: export_strategy must be a callable (config, rank, world_size) "
+            f"-> bool or None, got {type(strategy).__name__} ({strategy!r})"
+        )
+    return bool(strategy(config, rank, world_size))
+
+
+def _strict_span_groups(config: NemoLensConfig) -> frozenset[str] | None:
+    """Resolve `span_groups` now on the strict path (so a typo fails on every rank)."""
+    span_group_cls = config._span_group_cls
+    if span_group_cls is not None and not (
+        isinstance(span_group_cls, type) and issubclass(span_group_cls, SpanGroup)
+    ):
+        raise LensTypeError(
+            "NemoLensConfig._span_group_cls must be a SpanGroup subclass or None, got "
+            f"{span_group_cls!r}"
+        )
+    strict = strict_resolver_for(span_group_cls)
+    return None if strict is None else strict.resolve(config.span_groups)
+
+
+def _no_op_setup() -> TelemetryHandle:
+    # Install the API's no-op providers only where nothing is installed yet: a refused
+    # set-once would only log OpenTelemetry's override warning on every repeated setup.
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        trace.set_tracer_provider(trace.NoOpTracerProvider())
+    if isinstance(metrics.get_meter_provider(), _ProxyMeterProvider):
+        metrics.set_meter_provider(metrics.NoOpMeterProvider())
+    state.set_enabled_span_groups(frozenset())
+    return TelemetryHandle(
+        trace.NoOpTracer(), metrics.NoOpMeter(INSTRUMENTATION_SCOPE), is_exporting=False
+    )
+
+
+def _exporting_setup(
+    config: NemoLensConfig,
+    strict_groups: frozenset[str] | None,
+    *,
+    rank: int | None,
+    world_size: int | None,
+    resource_attributes: Mapping[str, AttributeValue] | None,
+    span_exporter: SpanExporter | None,
+    metric_reader: MetricReader | None,
+) -> TelemetryHandle:
+    pipeline = _providers.build_pipeline(
+        config,
+        rank=rank,
+        world_size=world_size,
+        resource_attributes=resource_attributes,
+        span_exporter=span_exporter,
+        metric_reader=metric_reader,
+    )
+    if pipeline.tracer_provider is not None:
+        trace.set_tracer_provider(pipeline.tracer_provider)
+        tracer = pipeline.tracer_provider.get_tracer(INSTRUMENTATION_SCOPE)
+        if trace.get_tracer_provider() is not pipeline.tracer_provider:
+            _warn_global_kept("tracer", "trace.get_tracer()")
+    else:
+        tracer = trace.get_tracer(INSTRUMENTATION_SCOPE)
+    if pipeline.meter_provider is not None:
+        metrics.set_meter_provider(pipeline.meter_provider)
+        meter = pipeline.meter_provider.get_meter(INSTRUMENTATION_SCOPE)
+        if metrics.get_meter_provider() is not pipeline.meter_provider:
+            _warn_global_kept("meter", "metrics.get_meter()")
+    else:
+        meter = metrics.get_meter(INSTRUMENTATION_SCOPE)
+    install_w3c_propagator()
+    if strict_groups is None:
+        state.set_span_group_spec(config.span_groups)
+    else:
+        state.set_enabled_span_groups(strict_groups)
+    handle = TelemetryHandle(tracer, meter, is_exporting=True)
+    handle._pipeline = pipeline
+    return handle
+
+
+def _warn_global_kept(signal: str, accessor: str) -> None:
+    _logger.warning(
+        "OpenTelemetry's global %s provider was already set and cannot be replaced; "
+        "handle.%s records through the provider this setup built, but %s and "
+        "nemo.lens.get_%s() keep returning the earlier global one",
+        signal,
+        signal,
+        accessor,
+        signal,
+    )
+
+
+def _ignore_budget(stop: Callable[[], None]) -> Callable[[int], object]:
+    return lambda remaining_ms: stop()
+
+
+def _reset_in_child() -> None:
+    # A forked child is a new process: it may set up its own pipeline.
+    global _INITIALIZED, _setup_lock
+    _INITIALIZED = False
+    _setup_lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_reset_in_child)

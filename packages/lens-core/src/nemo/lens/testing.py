@@ -1,0 +1,300 @@
+"""Support for test suites of code that uses lens.
+
+lens keeps some state process-global, as OpenTelemetry does: the metric registry, the
+span-group gate, the export-strategy registry, the one-setup-per-process guard, and the
+OpenTelemetry API's set-once providers. The resets here put each back to its import-time
+state, so a consumer's fixture needs no private names::
+
+    import pytest
+    from nemo.lens.testing import in_memory_metrics, isolated_telemetry
+
+    @pytest.fixture(autouse=True)
+    def _fresh_telemetry():
+        with isolated_telemetry():
+            yield
+
+    def test_records_loss():
+        metrics = in_memory_metrics()
+        train_one_step(meter=metrics.meter)
+        assert metrics.points("trainer.loss")[0].value == 0.5
+
+`nemo.lens` never imports this module. The in-memory builders import the SDK when
+called and raise `ImportError` naming `lens-core[sdk]` without it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import metrics, propagate, trace
+
+from nemo.lens import _shutdown, handle, state, strategies
+from nemo.lens.groups import SpanRegistry
+from nemo.lens.instruments import _registry
+
+if TYPE_CHECKING:
+    from opentelemetry.propagators.textmap import TextMapPropagator
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+__all__ = [
+    "InMemoryMetrics",
+    "InMemorySpans",
+    "in_memory_metrics",
+    "in_memory_spans",
+    "isolated_telemetry",
+    "reset_all",
+    "reset_export_strategies",
+    "reset_init_guard",
+    "reset_metric_registry",
+    "reset_otel_globals",
+    "reset_span_state",
+]
+
+#: How long `reset_otel_globals` lets the old providers' shutdown run.
+RESET_SHUTDOWN_TIMEOUT_MS = 5000
+_SDK_HINT = "nemo.lens.testing needs the OpenTelemetry SDK; pip install 'lens-core[sdk]'"
+
+
+def reset_metric_registry() -> None:
+    """Unregister every metric group, lens's own included, with caches and warning memory."""
+    _registry.clear()
+
+
+def reset_span_state(*, clear_registry: bool = False) -> None:
+    """Turn every span group off and clear the pipeline-parallel carrier.
+
+    The enabled set is pinned empty, which also drops any stored spec and pending set.
+
+    Args:
+        clear_registry: Also clear `SpanRegistry`. By default registrations made when a
+            consumer's modules were imported survive.
+    """
+    state.set_enabled_span_groups(frozenset())
+    state.set_pp_trace_carrier(None)
+    if clear_registry:
+        SpanRegistry.clear()
+
+
+def reset_export_strategies() -> None:
+    """Leave only the four built-in export strategies, as originally defined."""
+    strategies._reset_to_builtins()
+
+
+def reset_init_guard() -> None:
+    """Allow another enabled `setup_telemetry` in this process."""
+    handle._INITIALIZED = False
+
+
+def reset_otel_globals() -> None:
+    """Shut down and forget OpenTelemetry's global providers; restore the default propagator.
+
+    The tracer, meter and logger providers are shut down on a best-effort basis (within
+    `RESET_SHUTDOWN_TIMEOUT_MS`), then forgotten, so the next `set_*_provider` call takes
+    effect. The text-map propagator becomes the one the API builds by default (from
+    `OTEL_PROPAGATORS`, else W3C trace context plus baggage).
+    """
+    import opentelemetry.trace as trace_module
+    from opentelemetry._logs import _internal as logs_internal
+    from opentelemetry.metrics import _internal as metrics_internal
+    from opentelemetry.util._once import Once
+
+    installed: list[tuple[object, str]] = [
+        (trace_module._TRACER_PROVIDER, "tracer provider"),
+        (metrics_internal._METER_PROVIDER, "meter provider"),
+        (logs_internal._LOGGER_PROVIDER, "logger provider"),
+    ]
+    steps: list[_shutdown.Step] = []
+    for provider, label in installed:
+        if provider is not None:
+            steps += _shutdown.provider_steps(provider, label, flush=False, shut_down=True)
+    if steps:
+        _shutdown.run_within("reset_otel_globals", steps, RESET_SHUTDOWN_TIMEOUT_MS)
+
+    trace_module._TRACER_PROVIDER = None
+    trace_module._TRACER_PROVIDER_SET_ONCE = Once()
+    metrics_internal._METER_PROVIDER = None
+    metrics_internal._METER_PROVIDER_SET_ONCE = Once()
+    # The proxy forwards to the first real provider for good; a fresh one forgets it.
+    metrics_internal._PROXY_METER_PROVIDER = metrics_internal._ProxyMeterProvider()
+    logs_internal._LOGGER_PROVIDER = None
+    logs_internal._LOGGER_PROVIDER_SET_ONCE = Once()
+    propagate.set_global_textmap(_default_propagator())
+
+
+def reset_all(*, clear_span_registry: bool = False) -> None:
+    """Run every reset above: registry, span state, strategies, init guard, OTel globals."""
+    reset_otel_globals()
+    reset_metric_registry()
+    reset_span_state(clear_registry=clear_span_registry)
+    reset_export_strategies()
+    reset_init_guard()
+
+
+@contextmanager
+def isolated_telemetry(*, clear_span_registry: bool = False) -> Iterator[None]:
+    """Run `reset_all` on entry and on exit; wrap a test (or a fixture's yield) in it."""
+    reset_all(clear_span_registry=clear_span_registry)
+    try:
+        yield
+    finally:
+        reset_all(clear_span_registry=clear_span_registry)
+
+
+class InMemoryMetrics:
+    """A real SDK `MeterProvider` over an `InMemoryMetricReader`.
+
+    Attributes:
+        provider: The `MeterProvider`.
+        reader: Its `InMemoryMetricReader`.
+        meter: A meter from `provider`, to pass to `record_metrics`.
+    """
+
+    def __init__(self, provider: MeterProvider, reader: InMemoryMetricReader) -> None:
+        self.provider = provider
+        self.reader = reader
+        self.meter = provider.get_meter("nemo.lens.testing")
+
+    def metrics(self) -> dict[str, Any]:
+        """Collect now; return metric name -> the SDK `Metric` (the last scope wins)."""
+        data = self.reader.get_metrics_data()
+        found: dict[str, Any] = {}
+        if data is None:
+            return found
+        for resource_metrics in data.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    found[metric.name] = metric
+        return found
+
+    def points(self, name: str) -> list[Any]:
+        """Collect now; return the data points of series `name` (`[]` if it has none)."""
+        metric = self.metrics().get(name)
+        return [] if metric is None else list(metric.data.data_points)
+
+    def names(self) -> set[str]:
+        """Collect now; return the names of every series with data."""
+        return set(self.metrics())
+
+    def shutdown(self) -> None:
+        """Shut the provider down."""
+        self.provider.shutdown()
+
+
+class InMemorySpans:
+    """A real SDK `TracerProvider` exporting synchronously to an `InMemorySpanExporter`.
+
+    Attributes:
+        provider: The `TracerProvider`.
+        exporter: Its `InMemorySpanExporter`.
+        tracer: A tracer from `provider`.
+    """
+
+    def __init__(self, provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+        self.provider = provider
+        self.exporter = exporter
+        self.tracer = provider.get_tracer("nemo.lens.testing")
+
+    def finished(self) -> list[ReadableSpan]:
+        """The ended spans, in the order they ended."""
+        return list(self.exporter.get_finished_spans())
+
+    def names(self) -> list[str]:
+        """The ended spans' names, in the order they ended."""
+        return [span.name for span in self.exporter.get_finished_spans()]
+
+    def clear(self) -> None:
+        """Forget the spans ended so far."""
+        self.exporter.clear()
+
+    def shutdown(self) -> None:
+        """Shut the provider down."""
+        self.provider.shutdown()
+
+
+def in_memory_metrics(*, install: bool = False) -> InMemoryMetrics:
+    """Build an in-memory metrics pipeline.
+
+    Args:
+        install: Also make its provider OpenTelemetry's global meter provider, replacing
+            (without shutting down) whichever was installed.
+
+    Raises:
+        ImportError: The OpenTelemetry SDK is not installed.
+    """
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    except ImportError as exc:
+        raise ImportError(f"{_SDK_HINT} ({exc})") from exc
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    if install:
+        from opentelemetry.metrics import _internal as metrics_internal
+        from opentelemetry.util._once import Once
+
+        metrics_internal._METER_PROVIDER = None
+        metrics_internal._METER_PROVIDER_SET_ONCE = Once()
+        metrics_internal._PROXY_METER_PROVIDER = metrics_internal._ProxyMeterProvider()
+        metrics.set_meter_provider(provider)
+    return InMemoryMetrics(provider, reader)
+
+
+def in_memory_spans(*, install: bool = False) -> InMemorySpans:
+    """Build an in-memory tracing pipeline with a synchronous span processor.
+
+    Args:
+        install: Also make its provider OpenTelemetry's global tracer provider, replacing
+            (without shutting down) whichever was installed.
+
+    Raises:
+        ImportError: The OpenTelemetry SDK is not installed.
+    """
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+    except ImportError as exc:
+        raise ImportError(f"{_SDK_HINT} ({exc})") from exc
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    if install:
+        import opentelemetry.trace as trace_module
+        from opentelemetry.util._once import Once
+
+        trace_module._TRACER_PROVIDER = None
+        trace_module._TRACER_PROVIDER_SET_ONCE = Once()
+        trace.set_tracer_provider(provider)
+    return InMemorySpans(provider, exporter)
+
+
+def _default_propagator() -> TextMapPropagator:
+    """The propagator the API builds at import: `OTEL_PROPAGATORS`, else W3C."""
+    from opentelemetry.propagators.composite import CompositePropagator
+
+    configured = os.environ.get("OTEL_PROPAGATORS", "").strip()
+    if not configured:
+        from opentelemetry.baggage.propagation import W3CBaggagePropagator
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        return CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+    propagators: list[TextMapPropagator] = []
+    for name in (part.strip() for part in configured.split(",")):
+        if name.lower() == "none":
+            return CompositePropagator([])
+        found = importlib.metadata.entry_points(group="opentelemetry_propagator", name=name)
+        for entry_point in found:
+            propagators.append(entry_point.load()())
+            break
+        else:
+            raise ValueError(f"OTEL_PROPAGATORS names propagator {name!r}, which is not installed")
+    return CompositePropagator(propagators)

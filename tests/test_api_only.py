@@ -1,0 +1,79 @@
+"""With only opentelemetry-api installed, lens imports and recording is a silent no-op.
+
+Run by the nox `nooptionals` session, which sets LENS_TEST_API_ONLY=1: then an installed
+SDK is an error rather than a reason to skip, so the session cannot pass by skipping.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+SDK_INSTALLED = importlib.util.find_spec("opentelemetry.sdk") is not None
+if SDK_INSTALLED and os.environ.get("LENS_TEST_API_ONLY") == "1":
+    raise RuntimeError("LENS_TEST_API_ONLY=1, but opentelemetry-sdk is installed")
+
+pytestmark = pytest.mark.skipif(
+    SDK_INSTALLED, reason="opentelemetry-sdk is installed; these tests need the API alone"
+)
+
+
+def test_importing_lens_pulls_in_no_sdk() -> None:
+    """A fresh interpreter imports nemo.lens and its metric registry without the SDK."""
+    script = (
+        "import json, sys\n"
+        "import nemo.lens, nemo.lens.instruments\n"
+        "print(json.dumps({\n"
+        "    'version': nemo.lens.__version__,\n"
+        "    'sdk': sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')),\n"
+        "}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, check=True
+    )
+
+    report = json.loads(result.stdout)
+    assert report["sdk"] == []
+    assert report["version"]
+
+
+def test_recording_without_an_sdk_is_a_silent_no_op(caplog: pytest.LogCaptureFixture) -> None:
+    """record_metrics and record_inference_metrics on the API's meters return quietly:
+    no exception, no log record, no warning."""
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    from nemo.lens import MetricSpec, get_meter, record_metrics, register_metric_group
+    from nemo.lens.instruments import record_inference_metrics
+
+    caplog.set_level(logging.DEBUG)
+    register_metric_group(
+        "train",
+        [
+            MetricSpec("loss", "train.loss", "gauge"),
+            MetricSpec("tokens", "train.tokens", "counter", unit="{token}"),
+            MetricSpec("step_time", "train.step.duration", "histogram", unit="s"),
+        ],
+    )
+
+    for meter in (get_meter(), NoOpMeterProvider().get_meter("api-only")):
+        record_metrics(meter, "train", loss=0.5, tokens=128, step_time=0.2)
+        record_metrics(meter, "train", {"loss": 0.4}, attributes={"rank": 0})
+        record_inference_metrics(meter, 0.1, model="m", input_tokens=3, output_tokens=5)
+
+    assert caplog.records == []
+
+
+def test_spans_without_an_sdk_are_non_recording() -> None:
+    """The API tracer lens hands out gives non-recording spans that accept attributes."""
+    from nemo.lens import get_tracer
+
+    with get_tracer().start_as_current_span("step") as span:
+        span.set_attribute("lens.step", 1)
+
+    assert span.is_recording() is False

@@ -1,0 +1,56 @@
+"""The session installed what it says: LENS_TEST_INSTALL=wheel or =editable.
+
+A wheel session must import lens from site-packages, never from the source tree, or it
+would not be testing the built wheels at all.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import sysconfig
+
+import pytest
+
+import nemo.lens
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
+INSTALL_MODE = os.environ.get("LENS_TEST_INSTALL", "")
+SITE_PACKAGES = pathlib.Path(sysconfig.get_paths()["purelib"]).resolve()
+
+
+def _origin(module_name: str) -> pathlib.Path | None:
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or spec.origin is None:
+        return None
+    return pathlib.Path(spec.origin).resolve()
+
+
+@pytest.mark.skipif(INSTALL_MODE != "wheel", reason="LENS_TEST_INSTALL is not 'wheel'")
+def test_wheel_install_imports_from_site_packages() -> None:
+    """lens-core, and lens-compat-rl with its hook when installed, come from site-packages."""
+    lens_file = pathlib.Path(nemo.lens.__file__).resolve()
+    assert lens_file.is_relative_to(SITE_PACKAGES), lens_file
+    assert not lens_file.is_relative_to(REPOSITORY), lens_file
+    for module_name in ("lens_compat_rl", "_lens_compat_rl_hook"):
+        origin = _origin(module_name)
+        if origin is not None:
+            assert origin.is_relative_to(SITE_PACKAGES), origin
+    if _origin("lens_compat_rl") is not None:
+        assert (SITE_PACKAGES / "lens_compat_rl_hook.pth").is_file()
+
+
+@pytest.mark.skipif(INSTALL_MODE != "editable", reason="LENS_TEST_INSTALL is not 'editable'")
+def test_editable_install_imports_from_the_source_tree() -> None:
+    """lens-core, and lens-compat-rl when installed, are the repository's own sources."""
+    lens_file = pathlib.Path(nemo.lens.__file__).resolve()
+    assert lens_file.is_relative_to(REPOSITORY / "packages" / "lens-core" / "src"), lens_file
+    origin = _origin("lens_compat_rl")
+    if origin is not None:
+        assert origin.is_relative_to(REPOSITORY / "packages" / "lens-compat-rl" / "src"), origin
+
+
+def test_install_mode_is_one_the_sessions_use() -> None:
+    """LENS_TEST_INSTALL, when set, names a mode these tests check."""
+    assert INSTALL_MODE in ("", "wheel", "editable")

@@ -8,9 +8,11 @@ record every step with `record_metrics(handle.meter, "rl", ...)`, shut down.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +20,12 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from nemo.lens.cli._endpoints import bind_problem, connect_problem, otlp_targets
+from nemo.lens.cli._endpoints import (
+    bind_problem,
+    connect_problem,
+    otlp_targets,
+    prometheus_address,
+)
 from nemo.lens.cli._live import LiveView, is_live_terminal
 from nemo.lens.cli._parser import EXIT_BAD_INPUT, positive_float, positive_int, tcp_port
 from nemo.lens.cli._simulate import RL_GROUP, RL_SPECS, StepResult, declare_rl_metrics, simulate
@@ -152,8 +159,10 @@ def _prepare_environment(args: argparse.Namespace) -> str | None:
     if args.exporter == "prometheus":
         if args.port is not None:
             os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(args.port)
-        host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "127.0.0.1"
-        port = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or 9464)
+        try:
+            host, port = prometheus_address(os.environ)
+        except ValueError as exc:
+            return str(exc)
         problem = bind_problem(host, port)
         if problem is not None:
             return (
@@ -180,9 +189,17 @@ def _view_rows(
     return [(names[key], value, units[key]) for key, value in latest.items()]
 
 
+def _on_main_thread() -> bool:
+    # Signal handlers can only be changed from the main thread.
+    return threading.current_thread() is threading.main_thread()
+
+
 @contextmanager
 def _sigint_ignored() -> Iterator[None]:
     # A second Ctrl-C must not abort the flush that makes the first one clean.
+    if not _on_main_thread():
+        yield
+        return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
@@ -200,7 +217,8 @@ class _Training:
         self.completed = 0
 
     def run(self) -> None:
-        from nemo.lens import managed_span, record_metrics
+        from nemo.lens.helpers import managed_span
+        from nemo.lens.instruments import record_metrics
 
         tracer, meter = self.handle.tracer, self.handle.meter
         steps, pause = self.args.steps, self.args.interval
@@ -243,40 +261,38 @@ class _Training:
                 self.view.update(self.completed, _view_rows(result, tokens_total, buffer_size))
 
 
+def _open_sink(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """Open the JSON-lines file and build the exporters that write into it."""
+    from nemo.lens.cli._sink import JsonLinesFile, console_metric_reader, console_span_exporter
+
+    if args.exporter == "otlp":
+        return None, {}
+    sink = JsonLinesFile((args.out or Path(DEFAULT_OUT)).resolve())
+    injected: dict[str, Any] = {"span_exporter": console_span_exporter(sink)}
+    if args.exporter == "console":
+        injected["metric_reader"] = console_metric_reader(sink)
+    return sink, injected
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 when it finished, 130 when Ctrl-C stopped it."""
     problem = _check_options(args)
     if problem is not None:
         return _bad_input(problem)
-    try:
-        import opentelemetry.sdk  # noqa: F401 - only checks that the SDK is installed
-    except ImportError:
-        print(
-            "lens demo: the OpenTelemetry SDK is not installed; run: pip install 'lens-core[sdk]'",
-            file=sys.stderr,
-        )
-        return 1
-    problem = _prepare_environment(args)
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        problem = "the OpenTelemetry SDK is not installed; run: pip install 'lens-core[sdk]'"
+    else:
+        problem = _prepare_environment(args)
     if problem is not None:
         print(f"lens demo: {problem}", file=sys.stderr)
         return 1
+    if _on_main_thread():
+        # A shell starts background jobs with SIGINT ignored; the demo promises Ctrl-C works.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    from nemo.lens import NemoLensConfig, setup_telemetry
-    from nemo.lens.cli._sink import JsonLinesFile, console_metric_reader, console_span_exporter
+    from nemo.lens.config import NemoLensConfig
+    from nemo.lens.handle import setup_telemetry
 
-    declare_rl_metrics()
-    sink = None
-    injected: dict[str, Any] = {}
-    if args.exporter in ("console", "prometheus"):
-        path = (args.out or Path(DEFAULT_OUT)).resolve()
-        try:
-            sink = JsonLinesFile(path)
-        except OSError as exc:
-            print(f"lens demo: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
-            return 1
-        injected["span_exporter"] = console_span_exporter(sink)
-        if args.exporter == "console":
-            injected["metric_reader"] = console_metric_reader(sink)
     config = NemoLensConfig(
         enabled=True,
         service_name="lens-demo",
@@ -284,17 +300,23 @@ def run(args: argparse.Namespace) -> int:
         export_strategy="all_ranks",
         span_groups="job,step",
     )
+    declare_rl_metrics()
     view = LiveView(sys.stdout, args.steps, live=is_live_terminal(sys.stdout))
-    handle = None
-    training = None
+    sink = handle = training = None
     interrupted = False
     try:
+        sink, injected = _open_sink(args)
         handle = setup_telemetry(config, **injected)
         _announce(args, sink)
         training = _Training(handle, args, view)
         training.run()
     except KeyboardInterrupt:
         interrupted = True
+    except (ImportError, OSError, ValueError) as exc:
+        # The file cannot be written, or setup cannot build the exporter (a package
+        # missing, a port taken since the check).
+        print(f"lens demo: cannot start: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     finally:
         with _sigint_ignored():
             if handle is not None:
@@ -315,12 +337,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _announce(args: argparse.Namespace, sink: Any) -> None:
     if args.exporter == "prometheus":
-        host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "127.0.0.1"
-        port = os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or "9464"
+        host, port = prometheus_address(os.environ)
         print(f"lens demo: Prometheus metrics at http://{host}:{port}/metrics while the run lasts")
     if args.exporter == "otlp":
-        endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "") or "the default OTLP endpoint"
-        print(f"lens demo: sending spans and metrics to {endpoint}")
+        targets = otlp_targets(os.environ, ("traces", "metrics"))
+        endpoints = ", ".join(sorted({target.endpoint for target in targets}))
+        print(f"lens demo: sending spans and metrics over OTLP to {endpoints}")
     if sink is not None:
         what = "spans and metrics" if args.exporter == "console" else "spans"
         print(f"lens demo: writing {what} as JSON lines to {sink.path}")

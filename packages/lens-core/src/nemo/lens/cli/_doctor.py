@@ -139,16 +139,32 @@ def _exporter_distributions() -> list[tuple[str, str]]:
 
 
 def _versions(report: Report) -> None:
+    import nemo.lens
+
     report.section("versions")
     report.info("python", f"{platform.python_version()} ({sys.executable})")
-    report.info("nemo.lens", __version__)
-    for distribution in _CORE_DISTRIBUTIONS:
+    location = os.path.dirname(nemo.lens.__file__ or "")
+    report.info(
+        "lens-core", f"{_installed_version('lens-core')} (nemo.lens {__version__} in {location})"
+    )
+    for distribution in _CORE_DISTRIBUTIONS[1:]:
         report.info(distribution, _installed_version(distribution))
     exporters = _exporter_distributions()
     if not exporters:
         report.info("exporters", "none installed")
     for name, version in exporters:
         report.info(name, version)
+
+
+def _otel_environment(report: Report, environ: Mapping[str, str]) -> None:
+    report.section("OpenTelemetry environment")
+    names = sorted(name for name in environ if name.startswith("OTEL_"))
+    if not names:
+        report.lines.append("  (no OTEL_* variable is set)")
+    for name in names:
+        # Headers carry credentials (API keys, bearer tokens): show only that they are set.
+        shown = "<set, value hidden>" if "HEADERS" in name else repr(environ[name])
+        report.info(name, shown)
 
 
 def _load_config(report: Report, args: argparse.Namespace) -> Any | None:
@@ -279,6 +295,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     report = Report()
     _versions(report)
+    _otel_environment(report, os.environ)
     config = _load_config(report, args)
     if config is not None:
         _check_config(report, config, args.prefix)

@@ -50,7 +50,7 @@ RL_SPECS: Final = (
     ),
     MetricSpec(
         "generation_duration_ms",
-        "rl.generation.duration_ms",
+        "rl.generation.duration",
         "histogram",
         unit="ms",
         description="Time to generate one rollout.",
@@ -100,8 +100,8 @@ def simulate(steps: int, seed: int = 0) -> Iterator[StepResult]:
         ]
         # About 0.6 ms per generated token, with a long tail from slow batches.
         durations = tuple(length * 0.6 * rng.lognormvariate(0.0, 0.25) for length in lengths)
-        # Rollouts arrive in a batch and the trainer consumes most, but not all, of them.
-        consumed = min(buffer_size + ROLLOUTS_PER_STEP, rng.randint(6, ROLLOUTS_PER_STEP + 1))
+        # A batch of rollouts arrives; the trainer drains more of the buffer as it fills.
+        consumed = min(buffer_size + ROLLOUTS_PER_STEP, rng.randint(4, 7) + buffer_size // 4)
         change = ROLLOUTS_PER_STEP - consumed
         buffer_size += change
         yield StepResult(

@@ -1,0 +1,353 @@
+"""`lens demo`: the simulated RL loop end to end, through each exporter, and Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from nemo.lens.cli._simulate import RL_SPECS, simulate
+
+RL_NAMES = {spec.name for spec in RL_SPECS}
+# Generous bounds for a loaded two-core machine; they only stop a hung test.
+DEADLINE_S = 60.0
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test environment without lens or OpenTelemetry settings, plus `extra`."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("NEMO_LENS_", "OTEL_"))
+    }
+    env.update(extra)
+    return env
+
+
+def lens(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m nemo.lens.cli ARGS` to completion."""
+    return subprocess.run(
+        [sys.executable, "-m", "nemo.lens.cli", *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(**env),
+        cwd=cwd,
+        timeout=DEADLINE_S * 2,
+        check=False,
+    )
+
+
+class RunningDemo:
+    """A demo subprocess whose stdout lines are read on a thread as they arrive."""
+
+    def __init__(self, *args: str, cwd: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nemo.lens.cli", "demo", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(),
+            cwd=cwd,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stdout: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def wait_for_line(self, prefix: str) -> str:
+        """Return the first stdout line starting with `prefix`."""
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1.0)
+            except queue.Empty:
+                assert self.process.poll() is None, "the demo exited early"
+                continue
+            self.stdout.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"no line starting with {prefix!r} in {self.stdout}")
+
+    def interrupt(self) -> tuple[int, str, str]:
+        """Send SIGINT, wait for exit; return (status, rest of stdout, stderr)."""
+        self.process.send_signal(signal.SIGINT)
+        status = self.process.wait(timeout=DEADLINE_S)
+        self._reader.join(timeout=DEADLINE_S)
+        while not self.lines.empty():
+            self.stdout.append(self.lines.get())
+        assert self.process.stderr is not None
+        return status, "".join(self.stdout), self.process.stderr.read()
+
+    def stop(self) -> None:
+        """Kill the process if a failed assertion left it running."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=DEADLINE_S)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def running_demos() -> Iterator[list[RunningDemo]]:
+    """Collects the demos a test starts and kills any still running at the end."""
+    demos: list[RunningDemo] = []
+    yield demos
+    for demo in demos:
+        demo.stop()
+
+
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """Parse every line of a JSON-lines file (fails on a partial line)."""
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def metric_points(documents: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Series name -> data points of the last metrics export that holds it."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for document in documents:
+        for resource_metrics in document.get("resource_metrics", []):
+            for scope_metrics in resource_metrics["scope_metrics"]:
+                for metric in scope_metrics["metrics"]:
+                    found[metric["name"]] = metric["data"]["data_points"]
+    return found
+
+
+def spans(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The span objects among the lines (metrics exports have no `name`)."""
+    return [document for document in documents if "name" in document]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_console_demo_writes_the_rl_series_as_json_lines(tmp_path: Path) -> None:
+    """`lens demo --steps 5` writes parseable JSON lines holding every rl.* series."""
+    result = lens("demo", "--steps", "5", "--interval", "0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "lens-demo.jsonl"
+    assert f"writing spans and metrics as JSON lines to {out}" in result.stdout
+    documents = read_json_lines(out)
+    points = metric_points(documents)
+    assert set(points) >= RL_NAMES
+    steps = list(simulate(5))
+    # Gauges keep the last step's value; the counter sums every step.
+    assert points["rl.reward.mean"][0]["value"] == pytest.approx(steps[-1].reward_mean)
+    total = sum(step.tokens_generated for step in steps)
+    assert points["rl.tokens.generated"][0]["value"] == total
+    histogram = points["rl.generation.duration"][0]
+    assert histogram["count"] == sum(len(step.generation_durations_ms) for step in steps)
+
+
+def test_console_demo_traces_a_job_with_one_span_per_step(tmp_path: Path) -> None:
+    """The file holds one job span and, under it, a step span per step with its children."""
+    out = tmp_path / "trace.jsonl"
+    result = lens("demo", "--steps", "3", "--interval", "0", "--out", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    found = spans(read_json_lines(out))
+    (job,) = [span for span in found if span["name"] == "rl.job"]
+    step_spans = [span for span in found if span["name"] == "rl.step"]
+    assert sorted(span["attributes"]["dl.iteration"] for span in step_spans) == [0, 1, 2]
+    assert {span["parent_id"] for span in step_spans} == {job["context"]["span_id"]}
+    step_ids = {span["context"]["span_id"] for span in step_spans}
+    children = [span for span in found if span["name"] in ("rl.generate", "rl.train")]
+    assert len(children) == 6
+    assert {span["parent_id"] for span in children} == step_ids
+    assert job["resource"]["attributes"]["service.name"] == "lens-demo"
+
+
+def test_demo_prints_plain_lines_when_stdout_is_not_a_terminal(tmp_path: Path) -> None:
+    """Without a terminal there are no ANSI escapes, and one line per step."""
+    result = lens("demo", "--steps", "4", "--interval", "0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout
+    step_lines = [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in step_lines] == ["1/4", "2/4", "3/4", "4/4"]
+    assert "rl.reward.mean=" in step_lines[-1]
+    assert "lens demo: finished 4 steps; telemetry flushed" in result.stdout
+
+
+def test_ctrl_c_flushes_complete_lines_and_exits_130(
+    tmp_path: Path, running_demos: list[RunningDemo]
+) -> None:
+    """SIGINT mid-run ends the spans, flushes the metrics, leaves whole lines, exits 130."""
+    out = tmp_path / "interrupted.jsonl"
+    demo = RunningDemo("--steps", "100000", "--interval", "0.01", "--out", str(out), cwd=tmp_path)
+    running_demos.append(demo)
+    demo.wait_for_line("step 3/")
+    status, stdout, stderr = demo.interrupt()
+    assert status == 130, stderr
+    assert "interrupted after" in stdout
+    assert "Traceback" not in stderr
+    documents = read_json_lines(out)
+    assert [span["name"] for span in spans(documents)].count("rl.job") == 1
+    assert set(metric_points(documents)) >= RL_NAMES
+
+
+@pytest.mark.e2e
+def test_prometheus_endpoint_serves_the_rl_series_during_the_run(
+    tmp_path: Path, running_demos: list[RunningDemo]
+) -> None:
+    """With --exporter prometheus, a scrape during the run shows every rl.* series."""
+    port = free_port()
+    demo = RunningDemo(
+        "--exporter", "prometheus", "--port", str(port), "--steps", "100000",
+        "--interval", "0.01", "--out", str(tmp_path / "spans.jsonl"), cwd=tmp_path,
+    )  # fmt: skip
+    running_demos.append(demo)
+    url = f"http://127.0.0.1:{port}/metrics"
+    assert url in demo.wait_for_line("lens demo: Prometheus metrics at")
+    demo.wait_for_line("step 2/")
+    with urllib.request.urlopen(url, timeout=DEADLINE_S) as response:
+        body = response.read().decode("utf-8")
+    samples = [line for line in body.splitlines() if line and not line.startswith("#")]
+    for name in RL_NAMES:
+        # Prometheus spells dots as underscores and may append a unit or _total suffix.
+        assert any(line.startswith(name.replace(".", "_")) for line in samples), name
+    status, _, stderr = demo.interrupt()
+    assert status == 130, stderr
+
+
+class _OtlpReceiver(BaseHTTPRequestHandler):
+    """Accepts OTLP/HTTP protobuf exports and keeps each body by path."""
+
+    bodies: ClassVar[dict[str, list[bytes]]]
+
+    def do_POST(self) -> None:
+        length = int(self.headers["Content-Length"])
+        self.bodies.setdefault(self.path, []).append(self.rfile.read(length))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Keep the test output quiet."""
+
+
+@pytest.mark.e2e
+def test_otlp_exporter_sends_spans_and_rl_series_to_a_collector(tmp_path: Path) -> None:
+    """With --exporter otlp over HTTP, a real receiver gets the spans and every rl.* series."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    class Receiver(_OtlpReceiver):
+        bodies: ClassVar[dict[str, list[bytes]]] = {}
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        result = lens(
+            "demo", "--exporter", "otlp", "--endpoint", endpoint, "--steps", "3",
+            "--interval", "0", cwd=tmp_path, OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 0, result.stderr
+    assert f"sending spans and metrics over OTLP to {endpoint}" in result.stdout
+    metric_names: set[str] = set()
+    for body in Receiver.bodies["/v1/metrics"]:
+        request = ExportMetricsServiceRequest.FromString(body)
+        for resource_metrics in request.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                metric_names.update(metric.name for metric in scope_metrics.metrics)
+    assert metric_names >= RL_NAMES
+    span_names: list[str] = []
+    for body in Receiver.bodies["/v1/traces"]:
+        request = ExportTraceServiceRequest.FromString(body)
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                span_names.extend(span.name for span in scope_spans.spans)
+    assert span_names.count("rl.step") == 3
+    assert span_names.count("rl.job") == 1
+    assert not (tmp_path / "lens-demo.jsonl").exists()
+
+
+def test_unreachable_collector_exits_1_before_starting(tmp_path: Path) -> None:
+    """An OTLP endpoint nothing listens on fails fast with exit 1 and what to do."""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    result = lens("demo", "--exporter", "otlp", "--endpoint", endpoint, cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"cannot reach the OTLP collector at {endpoint}" in result.stderr
+    assert "step " not in result.stdout
+
+
+def test_prometheus_port_in_use_exits_1(tmp_path: Path) -> None:
+    """A Prometheus port another socket holds fails with exit 1 naming the address."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = lens("demo", "--exporter", "prometheus", "--port", str(port), cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"cannot serve Prometheus metrics on 127.0.0.1:{port}" in result.stderr
+
+
+def test_an_unwritable_output_file_exits_1(tmp_path: Path) -> None:
+    """An --out path in a missing directory fails with exit 1 naming the path."""
+    out = tmp_path / "missing" / "demo.jsonl"
+    result = lens("demo", "--out", str(out), "--steps", "1", cwd=tmp_path)
+    assert result.returncode == 1
+    assert str(out) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--steps", "0"], "argument --steps: expected a whole number >= 1, got '0'"),
+        (["--steps", "many"], "argument --steps: expected a whole number >= 1, got 'many'"),
+        (["--interval", "-1"], "argument --interval: expected a number of seconds >= 0"),
+        (["--interval", "nan"], "argument --interval: expected a number of seconds >= 0"),
+        (["--exporter", "zipkin"], "argument --exporter: invalid choice: 'zipkin'"),
+        (["--port", "70000"], "argument --port: expected a TCP port from 1 to 65535"),
+        (["--exporter", "otlp", "--endpoint", "localhost"], "expected a URL such as"),
+        (["--exporter", "otlp", "--endpoint", "http://h:99999"], "expected a URL with a valid"),
+        (["--endpoint", "http://localhost:4317"], "--endpoint applies to --exporter otlp only"),
+        (["--port", "9464"], "--port applies to --exporter prometheus only"),
+        (["--exporter", "otlp", "--out", "x.jsonl"], "--out applies to --exporter console or"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    """Each invalid option value or combination exits 2 with one line saying what is expected."""
+    result = lens("demo", *args, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("lens demo: error: ")
+    assert expected in result.stderr
+    assert not (tmp_path / "lens-demo.jsonl").exists()

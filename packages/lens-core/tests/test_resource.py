@@ -1,0 +1,168 @@
+"""The resource attributes an exporting process describes itself with."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nemo.lens._resource import build_resource, clean_attributes, resource_attributes
+from nemo.lens.version import __version__
+
+
+def attributes(**overrides: Any) -> dict[str, Any]:
+    arguments: dict[str, Any] = {
+        "service_name": "svc",
+        "run_id": "run1",
+        "user": "",
+        "wandb_entity": "",
+        "wandb_project": "",
+        "rank": None,
+        "world_size": None,
+        "caller_attributes": None,
+        "environ": {},
+        "filesystem_root": Path("/nonexistent-root-for-lens-tests"),
+    }
+    arguments.update(overrides)
+    return dict(resource_attributes(**arguments))
+
+
+def test_lens_keys_for_a_ranked_process() -> None:
+    """Service, version, rank, run and instance ids, host and pid are written."""
+    found = attributes(rank=2, world_size=4, user="u", wandb_entity="e", wandb_project="p")
+    assert found == {
+        "service.name": "svc",
+        "service.version": __version__,
+        "dl.rank": 2,
+        "dl.world_size": 4,
+        "nemo.run.id": "run1",
+        "service.instance.id": "run1-rank2",
+        "nemo.user.id": "u",
+        "wandb.entity": "e",
+        "wandb.project": "p",
+        "host.name": socket.gethostname(),
+        "process.pid": os.getpid(),
+    }
+
+
+def test_no_rank_means_no_dl_keys_and_a_unique_instance_id() -> None:
+    """Without a rank, dl.* is absent and each process gets a distinct instance id."""
+    first = attributes()
+    second = attributes()
+    assert "dl.rank" not in first
+    assert "dl.world_size" not in first
+    assert first["service.instance.id"].startswith("run1-")
+    assert first["service.instance.id"] != second["service.instance.id"]
+
+
+@pytest.mark.parametrize("key", ["dl.rank", "nv.dl.rank"])
+def test_caller_rank_names_the_instance(key: str) -> None:
+    """The caller's dl.rank or nv.dl.rank is used when no rank is passed."""
+    found = attributes(caller_attributes={key: 5})
+    assert found["service.instance.id"] == "run1-rank5"
+    assert found[key] == 5
+
+
+def test_forked_child_instance_id_carries_its_pid() -> None:
+    """A forked child's instance id adds its pid, so it differs from its parent's."""
+    found = attributes(rank=0, world_size=1, forked_child=True)
+    assert found["service.instance.id"] == f"run1-rank0-pid{os.getpid()}"
+
+
+def test_caller_attributes_win_over_every_lens_key() -> None:
+    """Caller keys are applied last and arrive unchanged."""
+    caller = {"service.name": "mine", "host.name": "h", "nv.dl.rank": 1, "tags": ["a", "b"]}
+    found = attributes(rank=0, world_size=2, caller_attributes=caller)
+    assert found["service.name"] == "mine"
+    assert found["host.name"] == "h"
+    assert found["nv.dl.rank"] == 1
+    assert found["tags"] == ("a", "b")
+    assert found["service.instance.id"] == "run1-rank0"
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"DEPLOYMENT_ENV": "prod", "ENVIRONMENT": "dev"}, "prod"),
+        ({"ENVIRONMENT": "dev"}, "dev"),
+        ({"DEPLOYMENT_ENV": "", "ENVIRONMENT": "dev"}, None),
+        ({}, None),
+    ],
+)
+def test_deployment_environment_rules(environ: dict[str, str], expected: str | None) -> None:
+    """DEPLOYMENT_ENV wins; ENVIRONMENT is the fallback; a set-but-empty one blocks it."""
+    assert attributes(environ=environ).get("deployment.environment") == expected
+
+
+def test_slurm_detection_needs_a_job_id() -> None:
+    """SLURM_* values become slurm.* keys only when SLURM_JOB_ID is set."""
+    environ = {
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_NODELIST": "n[1-2]",
+        "SLURM_NNODES": "2",
+        "SLURM_NTASKS": "16",
+        "SLURM_JOB_PARTITION": "gpu",
+        "SLURM_CLUSTER_NAME": "c1",
+    }
+    found = attributes(environ=environ)
+    assert {k: v for k, v in found.items() if k.startswith("slurm.")} == {
+        "slurm.job.id": "42",
+        "slurm.job.name": "train",
+        "slurm.nodelist": "n[1-2]",
+        "slurm.nnodes": "2",
+        "slurm.ntasks": "16",
+        "slurm.partition": "gpu",
+        "slurm.cluster.name": "c1",
+    }
+    without_job = {k: v for k, v in environ.items() if k != "SLURM_JOB_ID"}
+    assert not any(k.startswith("slurm.") for k in attributes(environ=without_job))
+
+
+def test_kubernetes_detection_by_env_or_service_account(tmp_path: Path) -> None:
+    """k8s.* keys appear under KUBERNETES_SERVICE_HOST or the service-account dir."""
+    environ = {"K8S_NAMESPACE_NAME": "ns", "K8S_NODE_NAME": "node", "HOSTNAME": "pod-1"}
+    assert not any(k.startswith("k8s.") for k in attributes(environ=environ))
+    by_env = attributes(environ={**environ, "KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+    assert {k: v for k, v in by_env.items() if k.startswith("k8s.")} == {
+        "k8s.namespace.name": "ns",
+        "k8s.node.name": "node",
+        "k8s.pod.name": "pod-1",
+    }
+    (tmp_path / "var/run/secrets/kubernetes.io").mkdir(parents=True)
+    by_dir = attributes(environ=environ, filesystem_root=tmp_path)
+    assert by_dir["k8s.namespace.name"] == "ns"
+
+
+def test_unsupported_caller_values_are_dropped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Values the SDK cannot carry are dropped, each warning naming its key."""
+    caplog.set_level(logging.WARNING, logger="nemo.lens._resource")
+    cleaned = clean_attributes(
+        {"ok": 1.5, "none": None, "mixed": [1, "a"], "obj": object(), 3: "x", "flags": (True,)}
+    )
+    assert cleaned == {"ok": 1.5, "flags": (True,)}
+    text = caplog.text
+    for key in ("'none'", "'mixed'", "'obj'", "3"):
+        assert key in text
+
+
+def test_non_mapping_caller_attributes_are_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    """A non-mapping is ignored with a warning."""
+    caplog.set_level(logging.WARNING, logger="nemo.lens._resource")
+    assert clean_attributes(["a"]) == {}
+    assert "must be a mapping" in caplog.text
+
+
+def test_otel_resource_attributes_sit_beneath_lens_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTEL_RESOURCE_ATTRIBUTES keys arrive unless lens or the caller sets the same key."""
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=ml,service.name=from-env")
+    resource = build_resource(attributes())
+    assert resource.attributes["team"] == "ml"
+    assert resource.attributes["service.name"] == "svc"
+    assert resource.attributes["telemetry.sdk.language"] == "python"

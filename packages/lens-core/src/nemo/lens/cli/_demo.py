@@ -217,8 +217,7 @@ class _Training:
         self.completed = 0
 
     def run(self) -> None:
-        from nemo.lens.helpers import managed_span
-        from nemo.lens.instruments import record_metrics
+        from nemo.lens import managed_span, record_metrics
 
         tracer, meter = self.handle.tracer, self.handle.meter
         steps, pause = self.args.steps, self.args.interval
@@ -290,8 +289,7 @@ def run(args: argparse.Namespace) -> int:
         # A shell starts background jobs with SIGINT ignored; the demo promises Ctrl-C works.
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    from nemo.lens.config import NemoLensConfig
-    from nemo.lens.handle import setup_telemetry
+    from nemo.lens import NemoLensConfig, setup_telemetry
 
     config = NemoLensConfig(
         enabled=True,

@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import trace as trace  # a module attribute consumers' tests patch
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from nemo.lens import state as _state

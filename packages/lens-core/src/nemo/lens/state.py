@@ -37,7 +37,7 @@ _enabled: frozenset[str] = frozenset()
 _pending: frozenset[str] = frozenset()
 # The lenient spec last stored; None while the set is pinned.
 _spec: str | None = None
-# Situations already warned about for the stored spec; dropped when the spec changes.
+# Situations already warned about since the set was last pinned.
 _warned: set[tuple[str, frozenset[str]]] = set()
 _pp_trace_carrier: dict[str, str] | None = None
 
@@ -88,8 +88,6 @@ def set_span_group_spec(spec: str) -> None:
         )
         spec = ""
     with _lock:
-        if spec != _spec:
-            _warned.clear()
         _spec = spec
         message = _resolve_stored_spec(spec)
     if message is not None:

@@ -1,0 +1,133 @@
+"""inject_context / extract_context: W3C trace context and baggage through the global propagator."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+from lens_spans import SpanPipeline, reset_span_state
+
+import nemo.lens
+from nemo.lens.propagation import extract_context, inject_context, install_w3c_propagator
+
+pytest.importorskip("opentelemetry.sdk.trace")
+
+from opentelemetry import baggage, propagate, trace
+from opentelemetry import context as otel_context
+from opentelemetry.propagators.composite import CompositePropagator
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state_and_propagator() -> Iterator[None]:
+    reset_span_state()
+    saved = propagate.get_global_textmap()
+    yield
+    propagate.set_global_textmap(saved)
+    reset_span_state()
+
+
+@pytest.fixture
+def spans() -> Iterator[SpanPipeline]:
+    pipeline = SpanPipeline()
+    yield pipeline
+    pipeline.provider.shutdown()
+
+
+def test_root_re_exports() -> None:
+    """Both functions are exported from `nemo.lens` as the same objects."""
+    assert nemo.lens.inject_context is inject_context
+    assert nemo.lens.extract_context is extract_context
+
+
+def test_inject_writes_the_current_span(spans: SpanPipeline) -> None:
+    """Gym shape `inject_context(headers)`: traceparent carries the current span's ids."""
+    headers: dict[str, str] = {}
+    with spans.tracer.start_as_current_span("client") as span:
+        inject_context(headers)
+    ctx = span.get_span_context()
+    assert (
+        headers["traceparent"] == f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+    )
+    assert ctx.trace_flags.sampled
+    assert "baggage" not in headers
+
+
+def test_inject_without_a_span_writes_nothing() -> None:
+    """With no active span there is no traceparent to write."""
+    headers: dict[str, str] = {}
+    inject_context(headers)
+    assert "traceparent" not in headers
+
+
+def test_round_trip_parents_the_remote_side(spans: SpanPipeline) -> None:
+    """A span started under the extracted context is a child of the injecting span."""
+    headers: dict[str, str] = {}
+    with spans.tracer.start_as_current_span("client") as client:
+        inject_context(headers)
+    remote = extract_context(headers)
+    server = spans.tracer.start_span("server", context=remote)
+    server.end()
+    finished = spans.one("server")
+    assert finished.parent.span_id == client.get_span_context().span_id
+    assert finished.parent.is_remote
+    assert finished.context.trace_id == client.get_span_context().trace_id
+
+
+def test_baggage_and_tracestate_travel(spans: SpanPipeline) -> None:
+    """Baggage and tracestate are written when present and read back on the other side."""
+    incoming = {"traceparent": TRACEPARENT, "tracestate": "vendor=abc"}
+    token = otel_context.attach(baggage.set_baggage("run", "r1", extract_context(incoming)))
+    try:
+        with spans.tracer.start_as_current_span("hop"):
+            headers: dict[str, str] = {}
+            inject_context(headers)
+    finally:
+        otel_context.detach(token)
+    assert headers["tracestate"] == "vendor=abc"
+    assert headers["baggage"] == "run=r1"
+    assert baggage.get_baggage("run", extract_context(headers)) == "r1"
+
+
+@pytest.mark.parametrize(
+    "carrier",
+    [{}, {"traceparent": "garbage"}, {"traceparent": "00-" + "0" * 32 + "-" + "0" * 16 + "-01"}],
+)
+def test_empty_or_invalid_carrier_gives_an_invalid_span(carrier: dict[str, str]) -> None:
+    """Nothing usable in the carrier: the context's span is invalid."""
+    span = trace.get_current_span(extract_context(carrier))
+    assert not span.get_span_context().is_valid
+
+
+def test_extract_never_raises(caplog: pytest.LogCaptureFixture) -> None:
+    """A carrier that is not a mapping gives an empty context and one warning."""
+    with caplog.at_level(logging.WARNING, logger="nemo.lens.propagation"):
+        for _ in range(2):
+            ctx = extract_context(None)  # type: ignore[arg-type]
+            assert not trace.get_current_span(ctx).get_span_context().is_valid
+    assert len(caplog.records) == 1
+
+
+def test_inject_never_raises(spans: SpanPipeline, caplog: pytest.LogCaptureFixture) -> None:
+    """A carrier that cannot be written is left alone, with one warning."""
+    with (
+        caplog.at_level(logging.WARNING, logger="nemo.lens.propagation"),
+        spans.tracer.start_as_current_span("s"),
+    ):
+        inject_context(())  # type: ignore[arg-type]
+    assert "inject_context failed" in caplog.records[0].getMessage()
+
+
+def test_install_w3c_propagator(monkeypatch: pytest.MonkeyPatch, spans: SpanPipeline) -> None:
+    """Setup's propagator is tracecontext plus baggage, unless OTEL_PROPAGATORS is set."""
+    monkeypatch.delenv("OTEL_PROPAGATORS", raising=False)
+    propagate.set_global_textmap(CompositePropagator([]))
+    install_w3c_propagator()
+    assert propagate.get_global_textmap().fields == {"traceparent", "tracestate", "baggage"}
+    chosen = CompositePropagator([])
+    propagate.set_global_textmap(chosen)
+    monkeypatch.setenv("OTEL_PROPAGATORS", "b3")
+    install_w3c_propagator()
+    assert propagate.get_global_textmap() is chosen

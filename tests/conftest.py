@@ -72,7 +72,8 @@ class Pipeline:
         self.meter = self.provider.get_meter("lens-cross-package-tests")
 
     def metrics(self) -> dict[str, Any]:
-        """Return series name -> SDK metric, from one collection."""
+        """Return series name -> SDK metric, from one collection (collect once per check:
+        older SDKs report a gauge only in the first collection after it was set)."""
         data = self.reader.get_metrics_data()
         if data is None:
             return {}

@@ -16,6 +16,7 @@ import pytest
 import nemo.lens
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
+SOURCES = REPOSITORY / "packages"
 INSTALL_MODE = os.environ.get("LENS_TEST_INSTALL", "")
 SITE_PACKAGES = pathlib.Path(sysconfig.get_paths()["purelib"]).resolve()
 
@@ -32,7 +33,7 @@ def test_wheel_install_imports_from_site_packages() -> None:
     """lens-core, and lens-compat-rl with its hook when installed, come from site-packages."""
     lens_file = pathlib.Path(nemo.lens.__file__).resolve()
     assert lens_file.is_relative_to(SITE_PACKAGES), lens_file
-    assert not lens_file.is_relative_to(REPOSITORY), lens_file
+    assert not lens_file.is_relative_to(SOURCES), lens_file
     for module_name in ("lens_compat_rl", "_lens_compat_rl_hook"):
         origin = _origin(module_name)
         if origin is not None:
@@ -45,10 +46,10 @@ def test_wheel_install_imports_from_site_packages() -> None:
 def test_editable_install_imports_from_the_source_tree() -> None:
     """lens-core, and lens-compat-rl when installed, are the repository's own sources."""
     lens_file = pathlib.Path(nemo.lens.__file__).resolve()
-    assert lens_file.is_relative_to(REPOSITORY / "packages" / "lens-core" / "src"), lens_file
+    assert lens_file.is_relative_to(SOURCES / "lens-core" / "src"), lens_file
     origin = _origin("lens_compat_rl")
     if origin is not None:
-        assert origin.is_relative_to(REPOSITORY / "packages" / "lens-compat-rl" / "src"), origin
+        assert origin.is_relative_to(SOURCES / "lens-compat-rl" / "src"), origin
 
 
 def test_install_mode_is_one_the_sessions_use() -> None:

@@ -42,8 +42,21 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
     return _ShimNotInstalled.from_parent(parent, path=module_path)
 
 
+class Collected(dict[str, Any]):
+    """One collection: series name -> SDK metric."""
+
+    def points(self, name: str) -> list[Any]:
+        """The data points of one series (empty when it does not exist)."""
+        metric = self.get(name)
+        return [] if metric is None else list(metric.data.data_points)
+
+
 class Pipeline:
-    """A real SDK MeterProvider over an InMemoryMetricReader."""
+    """A real SDK MeterProvider over an InMemoryMetricReader.
+
+    Collect once per check: older SDKs report a gauge only in the first collection after
+    it was set.
+    """
 
     def __init__(self) -> None:
         from opentelemetry.sdk.metrics import MeterProvider
@@ -53,22 +66,16 @@ class Pipeline:
         self.provider = MeterProvider(metric_readers=[self.reader])
         self.meter = self.provider.get_meter("lens-compat-rl-tests")
 
-    def metrics(self) -> dict[str, Any]:
-        """Return series name -> SDK metric, from one collection."""
+    def collect(self) -> Collected:
+        """Collect every series once."""
         data = self.reader.get_metrics_data()
-        if data is None:
-            return {}
-        return {
-            metric.name: metric
-            for resource_metrics in data.resource_metrics
-            for scope_metrics in resource_metrics.scope_metrics
-            for metric in scope_metrics.metrics
-        }
-
-    def points(self, name: str) -> list[Any]:
-        """Return the data points of one series (empty when it does not exist)."""
-        metric = self.metrics().get(name)
-        return [] if metric is None else list(metric.data.data_points)
+        collected = Collected()
+        if data is not None:
+            for resource_metrics in data.resource_metrics:
+                for scope_metrics in resource_metrics.scope_metrics:
+                    for metric in scope_metrics.metrics:
+                        collected[metric.name] = metric
+        return collected
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,404 @@
+"""The one task runner for the lens monorepo.
+
+`nox` (no arguments) runs the full check that CI runs: the Python x OpenTelemetry test
+matrix, the compat shim from fresh wheels and from the development install, the lowest
+declared dependencies, the API-only install, lint, type check, packaging and docs.
+
+    nox -l                          # list every session
+    nox -t latest                   # quick loop: newest OpenTelemetry on each Python, plus
+                                    #   lint and the compat checks on the newest Python
+    nox -t latest -p 3.13           # quicker: one interpreter
+    nox -s "tests-3.10(otel=floor)" # one cell of the matrix
+    nox -s bench                    # speed figures (not part of the default run)
+
+Each session creates a fresh virtual environment (uv, or virtualenv without uv) and prints
+its interpreter and installed `opentelemetry-*` versions before it checks anything.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import nox
+from packaging.requirements import Requirement
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_venv = "no"
+# A Python that is missing here is a broken machine, not a reason to skip part of the matrix.
+nox.options.error_on_missing_interpreters = True
+# Interpreters come from pyenv (below); there is no network to download one from.
+nox.options.download_python = "never"
+
+ROOT = pathlib.Path(__file__).resolve().parent
+CORE = ROOT / "packages" / "lens-core"
+COMPAT = ROOT / "packages" / "lens-compat-rl"
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+CORE_PYPROJECT = nox.project.load_toml(CORE / "pyproject.toml")
+
+# The supported Pythons, from lens-core's trove classifiers: ["3.10", ..., "3.13"].
+PYTHONS = nox.project.python_versions(CORE_PYPROJECT)
+OLDEST_PYTHON, NEWEST_PYTHON = PYTHONS[0], PYTHONS[-1]
+
+
+def _add_pyenv_interpreters_to_path() -> None:
+    """Put each supported Python from pyenv on PATH, so no one has to `pyenv global` first."""
+    versions = pathlib.Path(os.environ.get("PYENV_ROOT", "~/.pyenv")).expanduser() / "versions"
+    prefixes = []
+    for python in PYTHONS:
+        installed = [
+            path
+            for path in versions.glob(f"{python}.*")
+            if re.fullmatch(rf"{re.escape(python)}\.\d+", path.name) and (path / "bin").is_dir()
+        ]
+        if installed:
+            newest = max(installed, key=lambda path: int(path.name.rsplit(".", 1)[1]))
+            prefixes.append(str(newest / "bin"))
+    if prefixes:
+        os.environ["PATH"] = os.pathsep.join([*prefixes, os.environ.get("PATH", "")])
+
+
+_add_pyenv_interpreters_to_path()
+
+# One OpenTelemetry axis: API, SDK and both OTLP exporters at the same release.
+OTEL_FLOOR = "1.23.0"  # lens-core's declared floor: the first API with a synchronous gauge
+OTEL_MIDDLE = "1.30.0"
+OTEL_LATEST = "1.45.2"
+OTEL_RELEASES = [
+    nox.param(OTEL_FLOOR, id="otel=floor", tags=["oldest"]),
+    nox.param(OTEL_MIDDLE, id="otel=middle"),
+    nox.param(OTEL_LATEST, id="otel=latest", tags=["latest"]),
+]
+OTEL_PINNED = (
+    "opentelemetry-api",
+    "opentelemetry-sdk",
+    "opentelemetry-exporter-otlp-proto-grpc",
+    "opentelemetry-exporter-otlp-proto-http",
+)
+# The files whose coverage the latest-OpenTelemetry sessions hold to COVERAGE_FLOOR.
+COVERAGE_INCLUDE = "*/nemo/lens/instruments/*"
+COVERAGE_FLOOR = "98"
+
+SHOW_VERSIONS = """\
+import importlib.metadata, platform, sys
+print(f"python {platform.python_version()} ({sys.executable})")
+found = sorted(
+    (dist.metadata["Name"].lower(), dist.version)
+    for dist in importlib.metadata.distributions()
+    if dist.metadata["Name"]
+    and dist.metadata["Name"].lower().startswith(("opentelemetry", "lens-"))
+)
+for name, version in found or [("opentelemetry-*", "none installed")]:
+    print(f"  {name} {version}")
+"""
+
+nox.options.sessions = [
+    "tests",
+    "compat",
+    "compat-editable",
+    "minimums",
+    "nooptionals",
+    "lint",
+    "typecheck",
+    "build",
+    "docs",
+]
+
+
+# --- sessions: each one calls one helper ------------------------------------------------
+
+
+@nox.session(python=PYTHONS)
+@nox.parametrize("otel", OTEL_RELEASES)
+def tests(session: nox.Session, otel: str) -> None:
+    """lens-core's tests and the cross-package tests without the shim, under coverage."""
+    run_core_tests(session, otel, check_coverage=otel == OTEL_LATEST)
+
+
+@nox.session(python=PYTHONS)
+def compat(session: nox.Session) -> None:
+    """lens-compat-rl's tests, and the cross-package tests with it, from fresh wheels."""
+    run_shim_tests(session, install="wheel")
+
+
+@nox.session(name="compat-editable", python=NEWEST_PYTHON, tags=["latest"])
+def compat_editable(session: nox.Session) -> None:
+    """The same tests on the development install (both packages editable)."""
+    run_shim_tests(session, install="editable")
+
+
+@nox.session(python=OLDEST_PYTHON, tags=["oldest"])
+def minimums(session: nox.Session) -> None:
+    """lens-core's tests with every dependency at its lowest declared version."""
+    run_minimum_dependency_tests(session)
+
+
+@nox.session(python=NEWEST_PYTHON)
+def nooptionals(session: nox.Session) -> None:
+    """Only opentelemetry-api: `import nemo.lens` works and recording is a silent no-op."""
+    run_api_only_tests(session)
+
+
+@nox.session(python=NEWEST_PYTHON, tags=["latest"])
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole repository."""
+    run_lint(session)
+
+
+@nox.session(python=NEWEST_PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict (configured in the root pyproject) over both src trees."""
+    run_typecheck(session)
+
+
+@nox.session(python=NEWEST_PYTHON)
+def build(session: nox.Session) -> None:
+    """sdist and wheel of both packages; wheel contents checked; both installed and imported."""
+    run_build_checks(session)
+
+
+@nox.session(python=NEWEST_PYTHON)
+def docs(session: nox.Session) -> None:
+    """The documentation site, with every mkdocs warning an error."""
+    run_docs_build(session)
+
+
+@nox.session(python=NEWEST_PYTHON)
+def bench(session: nox.Session) -> None:
+    """Speed figures, as ratios against baselines measured in the same run."""
+    run_benchmarks(session)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def show_versions(session: nox.Session) -> None:
+    """Print the interpreter and the installed opentelemetry-* and lens-* versions."""
+    session.log("interpreter and OpenTelemetry versions:")
+    session.run("python", "-c", SHOW_VERSIONS, silent=False, log=False)
+
+
+def group(name: str) -> tuple[str, ...]:
+    """The requirements of one `[dependency-groups]` entry of the root pyproject."""
+    return nox.project.dependency_groups(PYPROJECT, name)
+
+
+def otel_pins(version: str, names: tuple[str, ...] = OTEL_PINNED) -> list[str]:
+    """`name==version` for each OpenTelemetry distribution pinned together."""
+    return [f"{name}=={version}" for name in names]
+
+
+def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> None:
+    """Editable lens-core[all] at one OpenTelemetry release; lens-core's tests and the root
+    tests (no shim) under coverage; on the newest release, hold the registry's coverage."""
+    session.install("-e", f"{CORE}[all]", *otel_pins(otel), *group("test"))
+    show_versions(session)
+    coverage_file = pathlib.Path(session.create_tmp()) / ".coverage"
+    env = {
+        "COVERAGE_FILE": str(coverage_file),
+        "LENS_TEST_SHIM": "absent",
+        "LENS_TEST_INSTALL": "editable",
+    }
+    for stale in coverage_file.parent.glob(".coverage*"):
+        stale.unlink()
+    session.run(
+        "coverage", "run", "-m", "pytest", "packages/lens-core/tests", "tests", *session.posargs,
+        env=env,
+    )  # fmt: skip
+    if check_coverage:
+        session.run("coverage", "combine", "-q", env=env)
+        session.run(
+            "coverage", "report", f"--include={COVERAGE_INCLUDE}", f"--fail-under={COVERAGE_FLOOR}",
+            env=env,
+        )  # fmt: skip
+
+
+@contextmanager
+def built_distributions(session: nox.Session, *, sdists: bool) -> Iterator[pathlib.Path]:
+    """Build both packages into a new temporary directory and yield it."""
+    out_dir = pathlib.Path(tempfile.mkdtemp(prefix="lens-dist-"))
+    try:
+        for package in (CORE, COMPAT):
+            kinds = ["--sdist", "--wheel"] if sdists else ["--wheel"]
+            session.run(
+                "uv", "build", "-q", *kinds, "--out-dir", str(out_dir), str(package),
+                external=True,
+            )  # fmt: skip
+        yield out_dir
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def wheel_of(out_dir: pathlib.Path, distribution: str) -> pathlib.Path:
+    """The one wheel of `distribution` in `out_dir`."""
+    (wheel,) = out_dir.glob(f"{distribution.replace('-', '_')}-*.whl")
+    return wheel
+
+
+def run_shim_tests(session: nox.Session, *, install: str) -> None:
+    """lens-compat-rl's tests and the root tests in shim mode, from wheels or editable.
+
+    pytest runs from a scratch directory with the repository as its rootdir, so nothing
+    imports the source tree by accident; a root test checks where lens was imported from.
+    """
+    requirements = [*otel_pins(OTEL_LATEST, ("opentelemetry-api", "opentelemetry-sdk"))]
+    requirements += group("test")
+    if install == "wheel":
+        with built_distributions(session, sdists=False) as out_dir:
+            session.install(
+                str(wheel_of(out_dir, "lens-core")),
+                str(wheel_of(out_dir, "lens-compat-rl")),
+                *requirements,
+            )
+    else:
+        session.install("-e", str(CORE), "-e", str(COMPAT), *requirements)
+    show_versions(session)
+    env = {"LENS_TEST_SHIM": "installed", "LENS_TEST_INSTALL": install}
+    with session.chdir(session.create_tmp()):
+        session.run(
+            "python", "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
+            str(COMPAT / "tests"), str(ROOT / "tests"), *session.posargs,
+            env=env,
+        )  # fmt: skip
+
+
+def lowest_declared_pins() -> list[str]:
+    """`name==X` for every lens-core dependency and extra declared as `name>=X`."""
+    project = CORE_PYPROJECT["project"]
+    declared = list(project["dependencies"])
+    for extra in project.get("optional-dependencies", {}).values():
+        declared.extend(extra)
+    pins: dict[str, str] = {}
+    for line in declared:
+        requirement = Requirement(line)
+        if requirement.name == project["name"]:
+            continue  # `all` points back at the package's own extras
+        lower = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+        if len(lower) != 1:
+            raise ValueError(f"lens-core declares {line!r} without exactly one '>=' lower bound")
+        pins[requirement.name] = f"{requirement.name}=={lower[0]}"
+    return sorted(pins.values())
+
+
+def run_minimum_dependency_tests(session: nox.Session) -> None:
+    """Editable lens-core[all] with each declared dependency pinned to its lower bound."""
+    pins = lowest_declared_pins()
+    session.install("-e", f"{CORE}[all]", *pins, *group("test"))
+    show_versions(session)
+    session.run(
+        "uv", "pip", "check", external=True, env={"VIRTUAL_ENV": session.virtualenv.location}
+    )
+    session.run(
+        "python", "-m", "pytest", "packages/lens-core/tests", *session.posargs,
+        env={"LENS_TEST_INSTALL": "editable"},
+    )  # fmt: skip
+
+
+NO_SDK_CHECK = """\
+import importlib.util, sys
+if importlib.util.find_spec("opentelemetry.sdk") is not None:
+    sys.exit("opentelemetry-sdk is installed, so this is not an API-only environment")
+"""
+
+
+def run_api_only_tests(session: nox.Session) -> None:
+    """lens-core without extras and pytest alone; the API-only tests must run, not skip."""
+    pytest_requirement = [line for line in group("test") if Requirement(line).name == "pytest"]
+    session.install("-e", str(CORE), *pytest_requirement)
+    show_versions(session)
+    session.run("python", "-c", NO_SDK_CHECK)
+    session.run(
+        "python", "-m", "pytest", "tests/test_api_only.py", "tests/test_without_shim.py",
+        *session.posargs,
+        env={"LENS_TEST_API_ONLY": "1", "LENS_TEST_SHIM": "absent"},
+    )  # fmt: skip
+
+
+def run_lint(session: nox.Session) -> None:
+    """Lint and formatting, both read from the root pyproject."""
+    session.install(*group("lint"))
+    show_versions(session)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+def run_typecheck(session: nox.Session) -> None:
+    """mypy over both src trees, with the SDK installed so its types are known."""
+    session.install("-e", f"{CORE}[all]", "-e", str(COMPAT), *group("typecheck"))
+    show_versions(session)
+    session.run("mypy", "packages/lens-core/src", "packages/lens-compat-rl/src")
+
+
+def check_wheel_contents(out_dir: pathlib.Path) -> None:
+    """No wheel owns the `nemo` namespace; the shim's wheel writes nothing under `nemo/`."""
+    for wheel in sorted(out_dir.glob("*.whl")):
+        names = zipfile.ZipFile(wheel).namelist()
+        if "nemo/__init__.py" in names:
+            raise RuntimeError(f"{wheel.name} contains nemo/__init__.py (nemo is a namespace)")
+        print(f"{wheel.name}: {len(names)} files, no nemo/__init__.py")
+    core = zipfile.ZipFile(wheel_of(out_dir, "lens-core")).namelist()
+    shim = zipfile.ZipFile(wheel_of(out_dir, "lens-compat-rl")).namelist()
+    problems = [
+        *(f"lens-compat-rl writes {name}" for name in shim if name.startswith("nemo/")),
+        *(f"lens-core ships {name}" for name in core if name.endswith("instruments/rl.py")),
+        *(
+            f"lens-compat-rl lacks {name}"
+            for name in ("lens_compat_rl_hook.pth", "_lens_compat_rl_hook.py")
+            if name not in shim
+        ),
+    ]
+    if "nemo/lens/py.typed" not in core:
+        problems.append("lens-core lacks nemo/lens/py.typed")
+    if problems:
+        raise RuntimeError("; ".join(problems))
+
+
+IMPORT_CHECK = """\
+import importlib.metadata, pathlib, sysconfig
+import nemo.lens, lens_compat_rl, nemo.lens.instruments.rl as legacy
+site = pathlib.Path(sysconfig.get_paths()["purelib"]).resolve()
+for module in (nemo.lens, lens_compat_rl, legacy):
+    assert pathlib.Path(module.__file__).resolve().is_relative_to(site), module.__file__
+assert pathlib.Path(legacy.__spec__.origin).parent == pathlib.Path(lens_compat_rl.__file__).parent
+assert nemo.lens.__version__ == importlib.metadata.version("lens-core")
+assert lens_compat_rl.__version__ == importlib.metadata.version("lens-compat-rl")
+print("imported nemo.lens", nemo.lens.__version__, "and lens_compat_rl", lens_compat_rl.__version__)
+print("nemo.lens.instruments.rl comes from", legacy.__spec__.origin)
+"""
+
+
+def run_build_checks(session: nox.Session) -> None:
+    """Build sdists and wheels (wheels from the sdists), check them, install both wheels
+    together and import them from a directory outside the source tree."""
+    with built_distributions(session, sdists=True) as out_dir:
+        print("built:", ", ".join(sorted(path.name for path in out_dir.iterdir())))
+        check_wheel_contents(out_dir)
+        session.install(
+            str(wheel_of(out_dir, "lens-core")), str(wheel_of(out_dir, "lens-compat-rl"))
+        )
+    show_versions(session)
+    with session.chdir(session.create_tmp()):
+        session.run("python", "-W", "error", "-c", IMPORT_CHECK)
+
+
+def run_docs_build(session: nox.Session) -> None:
+    """`mkdocs build --strict` on the root mkdocs.yml, into a scratch directory."""
+    session.install(*group("docs"))
+    show_versions(session)
+    site_dir = pathlib.Path(session.create_tmp()) / "site"
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(site_dir))
+
+
+def run_benchmarks(session: nox.Session) -> None:
+    """Run every benchmarks/bench_*.py script against lens-core[all] at the newest OTel."""
+    session.install("-e", f"{CORE}[all]", *otel_pins(OTEL_LATEST))
+    show_versions(session)
+    for script in sorted((ROOT / "benchmarks").glob("bench_*.py")):
+        session.run("python", str(script), *session.posargs)

@@ -32,6 +32,8 @@ def run_within(action: str, steps: Sequence[Step], timeout_ms: int) -> bool:
     Every step runs even if an earlier one failed. A step that raises is logged as a
     warning. Returns True when every step finished in time without failing.
     """
+    if not steps:
+        return True
     budget_ms = max(0, int(timeout_ms))
     deadline = time.monotonic() + budget_ms / 1000
     finished = threading.Event()

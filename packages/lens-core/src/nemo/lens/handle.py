@@ -93,7 +93,8 @@ class TelemetryHandle:
         """Flush, then shut down, the tracer and meter providers; idempotent; never raises.
 
         For a handle from an exporting setup these are the providers that setup built;
-        for any other handle, the current global providers. Returns within about
+        a no-op setup's handle has none; a handle built by hand uses the current global
+        providers. Returns within about
         `timeout_ms` even if a provider blocks: the work runs on a daemon thread and
         whatever is unfinished at the deadline is abandoned with a warning. Spans still
         open are ended first, marked `nemo.span.truncated`.
@@ -269,9 +270,14 @@ def _no_op_setup() -> TelemetryHandle:
     if isinstance(metrics.get_meter_provider(), _ProxyMeterProvider):
         metrics.set_meter_provider(metrics.NoOpMeterProvider())
     state.set_enabled_span_groups(frozenset())
-    return TelemetryHandle(
+    handle = TelemetryHandle(
         trace.NoOpTracer(), metrics.NoOpMeter(INSTRUMENTATION_SCOPE), is_exporting=False
     )
+    # Built nothing, so its flush and shutdown touch nothing (not someone else's globals).
+    handle._pipeline = _providers.Pipeline(
+        tracer_provider=None, meter_provider=None, resource_attributes={}, owner_pid=os.getpid()
+    )
+    return handle
 
 
 def _exporting_setup(

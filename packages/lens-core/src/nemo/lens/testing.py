@@ -112,7 +112,8 @@ def reset_otel_globals() -> None:
     ]
     steps: list[_shutdown.Step] = []
     for provider, label in installed:
-        if provider is not None:
+        # The SDK's MeterProvider logs a warning when shut down twice; skip one already down.
+        if provider is not None and getattr(provider, "_shutdown", False) is not True:
             steps += _shutdown.provider_steps(provider, label, flush=False, shut_down=True)
     if steps:
         _shutdown.run_within("reset_otel_globals", steps, RESET_SHUTDOWN_TIMEOUT_MS)
@@ -160,18 +161,19 @@ class InMemoryMetrics:
         self.provider = provider
         self.reader = reader
         self.meter = provider.get_meter("nemo.lens.testing")
+        # Older SDKs omit a gauge with no new value from the next collection; remembering
+        # the last metric per name makes repeated look-ups agree on every SDK release.
+        self._latest: dict[str, Any] = {}
 
     def metrics(self) -> dict[str, Any]:
-        """Collect now; return metric name -> the SDK `Metric` (the last scope wins)."""
+        """Collect now; return metric name -> its latest SDK `Metric` (the last scope wins)."""
         data = self.reader.get_metrics_data()
-        found: dict[str, Any] = {}
-        if data is None:
-            return found
-        for resource_metrics in data.resource_metrics:
-            for scope_metrics in resource_metrics.scope_metrics:
-                for metric in scope_metrics.metrics:
-                    found[metric.name] = metric
-        return found
+        if data is not None:
+            for resource_metrics in data.resource_metrics:
+                for scope_metrics in resource_metrics.scope_metrics:
+                    for metric in scope_metrics.metrics:
+                        self._latest[metric.name] = metric
+        return dict(self._latest)
 
     def points(self, name: str) -> list[Any]:
         """Collect now; return the data points of series `name` (`[]` if it has none)."""

@@ -1,0 +1,201 @@
+"""TelemetryHandle: properties, force_flush, and the bounded, idempotent shutdown."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+
+import pytest
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from nemo.lens import NemoLensConfig, TelemetryHandle, setup_telemetry
+from nemo.lens.testing import in_memory_spans, isolated_telemetry
+
+
+@pytest.fixture(autouse=True)
+def _isolated() -> Iterator[None]:
+    with isolated_telemetry(clear_span_registry=True):
+        yield
+
+
+class CountingExporter(InMemorySpanExporter):
+    """An in-memory exporter that also counts its shutdown calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shutdowns = 0
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+        super().shutdown()
+
+
+class BlockingExporter(SpanExporter):
+    """Blocks every export until released, like a collector that never answers."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.entered.set()
+        self.release.wait(60)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.release.set()
+
+
+def exporting_handle(exporter: SpanExporter) -> TelemetryHandle:
+    return setup_telemetry(
+        NemoLensConfig(enabled=True), span_exporter=exporter, metric_reader=InMemoryMetricReader()
+    )
+
+
+def shutdown_done(handle: TelemetryHandle) -> bool:
+    """Read the private flag consumers name (a call, so mypy does not narrow it)."""
+    return handle._shutdown_done
+
+
+def test_tracer_and_meter_are_read_only_and_is_exporting_is_plain() -> None:
+    """`tracer`/`meter` cannot be assigned; `is_exporting` can."""
+    handle = TelemetryHandle(trace.NoOpTracer(), metrics.NoOpMeter("m"))
+    assert handle.is_exporting is False
+    with pytest.raises(AttributeError):
+        handle.tracer = trace.NoOpTracer()  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        handle.meter = metrics.NoOpMeter("other")  # type: ignore[misc]
+    handle.is_exporting = True
+    assert handle.is_exporting is True
+
+
+def test_shutdown_is_idempotent_and_marks_itself_done() -> None:
+    """A second shutdown does nothing: the exporter is shut down once."""
+    exporter = CountingExporter()
+    handle = exporting_handle(exporter)
+    assert shutdown_done(handle) is False
+    handle.shutdown()
+    assert shutdown_done(handle) is True
+    handle.shutdown(timeout_ms=10)
+    assert exporter.shutdowns == 1
+
+
+def test_shutdown_flushes_everything_recorded_before_it() -> None:
+    """Spans ended before shutdown are exported by it (batch processor flushed)."""
+    exporter = CountingExporter()
+    handle = exporting_handle(exporter)
+    for index in range(50):
+        with handle.tracer.start_as_current_span(f"s{index}"):
+            pass
+    handle.shutdown()
+    assert len(exporter.get_finished_spans()) == 50
+
+
+def test_force_flush_exports_without_shutting_down() -> None:
+    """force_flush returns True, exports queued spans and keeps the pipeline running."""
+    exporter = CountingExporter()
+    handle = exporting_handle(exporter)
+    with handle.tracer.start_as_current_span("before-flush"):
+        pass
+    assert handle.force_flush() is True
+    assert [span.name for span in exporter.get_finished_spans()] == ["before-flush"]
+    with handle.tracer.start_as_current_span("after-flush"):
+        pass
+    handle.shutdown()
+    assert exporter.shutdowns == 1
+    assert handle.force_flush() is False
+    assert [span.name for span in exporter.get_finished_spans()][-1] == "after-flush"
+
+
+def test_open_spans_are_ended_truncated_innermost_first() -> None:
+    """Spans open at shutdown end child-first, marked truncated, with no ERROR status."""
+    exporter = CountingExporter()
+    handle = exporting_handle(exporter)
+    job = handle.tracer.start_span("job")
+    step = handle.tracer.start_span("step", context=trace.set_span_in_context(job))
+    with handle.tracer.start_as_current_span("finished"):
+        pass
+    handle.shutdown()
+    spans = exporter.get_finished_spans()
+    assert [span.name for span in spans] == ["finished", "step", "job"]
+    for span in spans[1:]:
+        assert span.attributes is not None
+        assert span.attributes["nemo.span.truncated"] is True
+        assert [event.name for event in span.events] == ["nemo.span.truncated"]
+        assert "nemo.span.truncated.reason" in (span.events[0].attributes or {})
+        assert span.status.status_code is not StatusCode.ERROR
+    assert "nemo.span.truncated" not in (spans[0].attributes or {})
+    assert not step.is_recording()
+
+
+def test_blocked_shutdown_is_abandoned_with_a_warning_on_a_daemon_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A provider that blocks is abandoned at the budget: a warning, and a daemon thread."""
+    exporter = BlockingExporter()
+    handle = exporting_handle(exporter)
+    with handle.tracer.start_as_current_span("stuck"):
+        pass
+    caplog.set_level(logging.WARNING, logger="nemo.lens._shutdown")
+    try:
+        handle.shutdown(timeout_ms=200)
+        assert exporter.entered.wait(5)
+        abandoned = [
+            thread for thread in threading.enumerate() if thread.name == "nemo-lens-shutdown"
+        ]
+        assert abandoned
+        assert all(thread.daemon for thread in abandoned)
+        assert any(thread.is_alive() for thread in abandoned)
+        assert "did not finish within 200 ms" in caplog.text
+        assert "abandoned" in caplog.text
+    finally:
+        exporter.release.set()
+        for thread in threading.enumerate():
+            if thread.name == "nemo-lens-shutdown":
+                thread.join(10)
+
+
+def test_shutdown_never_raises_and_logs_a_failing_step(caplog: pytest.LogCaptureFixture) -> None:
+    """A provider whose shutdown raises is logged, and shutdown returns normally."""
+
+    class ExplodingProcessor(SpanProcessor):
+        def shutdown(self) -> None:
+            raise RuntimeError("processor exploded")
+
+    spans = in_memory_spans(install=True)
+    spans.provider.add_span_processor(ExplodingProcessor())
+    handle = TelemetryHandle(trace.get_tracer("t"), metrics.get_meter("m"), is_exporting=True)
+    caplog.set_level(logging.WARNING, logger="nemo.lens._shutdown")
+    handle.shutdown()
+    assert "processor exploded" in caplog.text
+
+
+def test_hand_built_handle_shuts_down_the_global_providers() -> None:
+    """A handle built by hand flushes and shuts down the current global providers."""
+    spans = in_memory_spans(install=True)
+    tracer = trace.get_tracer("hand-built")
+    handle = TelemetryHandle(tracer, metrics.get_meter("hand-built"), is_exporting=True)
+    with tracer.start_as_current_span("global"):
+        pass
+    handle.shutdown()
+    assert spans.names() == ["global"]
+    tracer.start_span("after-shutdown").end()
+    assert spans.names() == ["global"]
+
+
+def test_no_op_handle_shuts_down_nothing() -> None:
+    """A disabled setup's handle leaves a global SDK provider (not its own) running."""
+    spans = in_memory_spans(install=True)
+    handle = setup_telemetry(NemoLensConfig())
+    assert handle.force_flush() is True
+    handle.shutdown()
+    handle.shutdown()
+    assert handle._shutdown_done is True
+    trace.get_tracer("still-running").start_span("after").end()
+    assert spans.names() == ["after"]

@@ -37,7 +37,7 @@ def in_memory_log_exporter() -> Any:
         )
     except ImportError:
         from opentelemetry.sdk._logs.export import InMemoryLogExporter as Exporter
-    return Exporter()
+    return Exporter()  # type: ignore[no-untyped-call,unused-ignore]
 
 
 def install_logger_provider() -> Any:

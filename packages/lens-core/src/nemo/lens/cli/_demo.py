@@ -27,7 +27,7 @@ from nemo.lens.cli._endpoints import (
     prometheus_address,
 )
 from nemo.lens.cli._live import LiveView, is_live_terminal
-from nemo.lens.cli._parser import EXIT_BAD_INPUT, positive_float, positive_int, tcp_port
+from nemo.lens.cli._parser import EXIT_BAD_INPUT, non_negative_float, positive_int, tcp_port
 from nemo.lens.cli._simulate import RL_GROUP, RL_SPECS, StepResult, declare_rl_metrics, simulate
 
 __all__ = ["EXIT_INTERRUPTED", "add_arguments", "run"]
@@ -85,6 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steps",
         type=positive_int,
+        metavar="N",
         default=20,
         help="training steps to simulate (default: %(default)s)",
     )
@@ -113,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--interval",
-        type=positive_float,
+        type=non_negative_float,
         default=0.2,
         metavar="SECONDS",
         help="simulated work per step (default: %(default)s)",

@@ -21,7 +21,7 @@ from nemo.lens.cli._endpoints import (
     prometheus_address,
 )
 from nemo.lens.cli._imports import ImportTargetError, import_target, load_target
-from nemo.lens.cli._parser import EXIT_BAD_INPUT, positive_float
+from nemo.lens.cli._parser import EXIT_BAD_INPUT, non_negative_float
 from nemo.lens.version import __version__
 
 __all__ = ["Report", "add_arguments", "run"]
@@ -115,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=positive_float,
+        type=non_negative_float,
         default=2.0,
         metavar="SECONDS",
         help="how long to wait for each TCP connection (default: %(default)s)",

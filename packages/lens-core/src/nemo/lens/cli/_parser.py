@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-__all__ = ["EXIT_BAD_INPUT", "LensArgumentParser", "positive_float", "positive_int", "tcp_port"]
+__all__ = ["EXIT_BAD_INPUT", "LensArgumentParser", "non_negative_float", "positive_int", "tcp_port"]
 
 #: The exit status for input the command cannot act on (argparse's own convention).
 EXIT_BAD_INPUT = 2
@@ -34,7 +34,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def non_negative_float(text: str) -> float:
     """Parse a finite number >= 0, for durations such as `--interval`."""
     try:
         value = float(text)

@@ -225,12 +225,17 @@ def built_distributions(session: nox.Session, *, sdists: bool) -> Iterator[pathl
     """Build both packages into a new temporary directory and yield it."""
     out_dir = pathlib.Path(tempfile.mkdtemp(prefix="lens-dist-"))
     try:
+        kinds = ["--sdist", "--wheel"] if sdists else ["--wheel"]
+        if session.venv_backend != "uv":
+            session.install(*group("build"))
         for package in (CORE, COMPAT):
-            kinds = ["--sdist", "--wheel"] if sdists else ["--wheel"]
-            session.run(
-                "uv", "build", "-q", *kinds, "--out-dir", str(out_dir), str(package),
-                external=True,
-            )  # fmt: skip
+            if session.venv_backend == "uv":
+                session.run(
+                    "uv", "build", "-q", *kinds, "--out-dir", str(out_dir), str(package),
+                    external=True,
+                )  # fmt: skip
+            else:
+                session.run("python", "-m", "build", *kinds, "--outdir", str(out_dir), str(package))
         yield out_dir
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -292,9 +297,10 @@ def run_minimum_dependency_tests(session: nox.Session) -> None:
     pins = lowest_declared_pins()
     session.install("-e", f"{CORE}[all]", *pins, *group("test"))
     show_versions(session)
-    session.run(
-        "uv", "pip", "check", external=True, env={"VIRTUAL_ENV": session.virtualenv.location}
-    )
+    if session.venv_backend == "uv":
+        session.run("uv", "pip", "check", external=True)
+    else:
+        session.run("python", "-m", "pip", "check")
     session.run(
         "python", "-m", "pytest", "packages/lens-core/tests", *session.posargs,
         env={"LENS_TEST_INSTALL": "editable"},

@@ -14,7 +14,6 @@ never cached, so tests can monkeypatch it and a provider installed later is used
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager
@@ -331,6 +330,8 @@ def trace_fn(group: str, name: str, tracer: Tracer | None = None) -> Callable[[F
         gate = object()  # an unhashable name names no group: never traced
 
     def decorate(fn: F) -> F:
+        import inspect  # at decoration time, kept off `import nemo.lens`
+
         if inspect.iscoroutinefunction(fn):
             return cast(F, _async_wrapper(fn, gate, name, tracer))
         traced = _traced_call(fn, name, tracer)
@@ -376,6 +377,8 @@ def _same_signature_wrapper(
     a trivial function's own call. A wrapper with the same parameters passes them straight
     through, so the disabled path costs one extra frame and one set look-up.
     """
+    import inspect
+
     if not inspect.isfunction(fn) or "__signature__" in vars(fn):
         return None
     try:

@@ -3,6 +3,10 @@
 Both functions go through OpenTelemetry's global text-map propagator. An exporting setup
 installs the W3C composite propagator (unless `OTEL_PROPAGATORS` is set); elsewhere the
 API default applies, so both work in a process that never ran setup.
+
+`opentelemetry.propagate` is imported on first use, not at import: importing it resolves
+the configured propagators through package entry points, which costs more than the rest
+of `import nemo.lens`'s own modules together.
 """
 
 from __future__ import annotations
@@ -10,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 
-from opentelemetry import propagate
 from opentelemetry.context import Context
 
 __all__ = ["extract_context", "inject_context"]
@@ -24,6 +27,8 @@ def inject_context(carrier: dict[str, str]) -> None:
     when present). Never raises; a carrier that cannot be written is left as it is.
     """
     try:
+        from opentelemetry import propagate
+
         propagate.inject(carrier)
     except Exception as exc:
         _warn_once("inject_context", exc)
@@ -36,6 +41,8 @@ def extract_context(carrier: dict[str, str]) -> Context:
     under it becomes a new root.
     """
     try:
+        from opentelemetry import propagate
+
         return propagate.extract(carrier)
     except Exception as exc:
         _warn_once("extract_context", exc)
@@ -50,6 +57,7 @@ def install_w3c_propagator() -> None:
     """
     if os.environ.get("OTEL_PROPAGATORS", "").strip():
         return
+    from opentelemetry import propagate
     from opentelemetry.baggage.propagation import W3CBaggagePropagator
     from opentelemetry.propagators.composite import CompositePropagator
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator

@@ -1,0 +1,297 @@
+"""End to end over OTLP: real receivers on 127.0.0.1 decode what lens exports.
+
+The HTTP receiver is `http.server` in a thread; the gRPC receiver is a `grpcio` server
+with the collector services from `opentelemetry-proto`. Each decodes the protobuf
+payloads and the tests compare every value and resource attribute that arrives.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from nemo.lens import (
+    MetricSpec,
+    NemoLensConfig,
+    TelemetryHandle,
+    record_metrics,
+    register_metric_group,
+    setup_telemetry,
+)
+from nemo.lens.testing import isolated_telemetry
+from nemo.lens.version import __version__
+
+pytestmark = pytest.mark.e2e
+
+OTLP_ENV = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_INSECURE",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_SERVICE_NAME",
+    "DEPLOYMENT_ENV",
+    "ENVIRONMENT",
+)
+
+SPECS = [
+    MetricSpec("steps", "e2e.steps", "counter"),
+    MetricSpec("loss", "e2e.loss", "gauge"),
+    MetricSpec("inflight", "e2e.inflight", "up_down_counter"),
+    MetricSpec("latency", "e2e.latency", "histogram", unit="s"),
+]
+CALLER_RESOURCE: dict[str, Any] = {
+    "nv.dl.rank": 1,
+    "nv.dl.world_size": 2,
+    "tags": ["a", "b"],
+    "cluster": "c9",
+}
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in OTLP_ENV:
+        monkeypatch.delenv(name, raising=False)
+    # Only shutdown's flush exports, so the receivers see a known number of exports.
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "600000")
+    with isolated_telemetry(clear_span_registry=True):
+        yield
+
+
+class Received:
+    """What a receiver decoded, guarded by a lock (requests arrive on server threads)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.metrics: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
+        self.traces: list[trace_service_pb2.ExportTraceServiceRequest] = []
+
+
+def python_value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return tuple(python_value(item) for item in value.array_value.values)
+    return getattr(value, kind) if kind else None
+
+
+def as_dict(attributes: Any) -> dict[str, Any]:
+    return {item.key: python_value(item.value) for item in attributes}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def record_workload(handle: TelemetryHandle) -> None:
+    """1,000 counter increments, a gauge, an up-down counter, a histogram, and spans."""
+    register_metric_group("e2e", SPECS)
+    for _ in range(1000):
+        record_metrics(handle.meter, "e2e", steps=1, attributes={"phase": "train"})
+    record_metrics(handle.meter, "e2e", loss=0.25)
+    record_metrics(handle.meter, "e2e", inflight=5)
+    record_metrics(handle.meter, "e2e", inflight=-2)
+    for latency in (0.5, 1.5, 7.0):
+        record_metrics(handle.meter, "e2e", latency=latency)
+    tracer = handle.tracer
+    with (
+        tracer.start_as_current_span("job", attributes={"job.kind": "train"}),
+        tracer.start_as_current_span("step") as step,
+    ):
+        step.set_attribute("dl.iteration", 3)
+    handle.tracer.start_span("still-open")
+
+
+def check_everything_arrived(received: Received, run_id: str) -> None:
+    with received.lock:
+        metric_requests = list(received.metrics)
+        trace_requests = list(received.traces)
+    assert metric_requests
+    assert trace_requests
+
+    last: dict[str, Any] = {}
+    resources = []
+    for request in metric_requests:
+        for resource_metrics in request.resource_metrics:
+            resources.append(as_dict(resource_metrics.resource.attributes))
+            for scope in resource_metrics.scope_metrics:
+                assert scope.scope.name == "nemo.lens"
+                for metric in scope.metrics:
+                    last[metric.name] = metric
+    resource = resources[-1]
+    assert resource["service.name"] == "e2e-service"
+    assert resource["service.version"] == __version__
+    assert resource["nemo.run.id"] == run_id
+    assert resource["service.instance.id"] == f"{run_id}-rank1"
+    assert resource["nemo.user.id"] == "alice"
+    assert resource["wandb.project"] == "proj"
+    assert resource["process.pid"] == os.getpid()
+    assert resource["host.name"] == socket.gethostname()
+    for key, value in CALLER_RESOURCE.items():
+        assert resource[key] == (tuple(value) if isinstance(value, list) else value)
+
+    steps = last["e2e.steps"].sum
+    assert steps.is_monotonic
+    assert len(steps.data_points) == 1
+    point = steps.data_points[0]
+    assert as_dict(point.attributes) == {"phase": "train"}
+    assert getattr(point, point.WhichOneof("value")) == 1000
+    loss = last["e2e.loss"].gauge.data_points[0]
+    assert getattr(loss, loss.WhichOneof("value")) == 0.25
+    inflight = last["e2e.inflight"].sum
+    assert not inflight.is_monotonic
+    assert getattr(inflight.data_points[0], inflight.data_points[0].WhichOneof("value")) == 3
+    latency = last["e2e.latency"]
+    assert latency.unit == "s"
+    histogram = latency.histogram.data_points[0]
+    assert histogram.count == 3
+    assert histogram.sum == 9.0
+    assert (histogram.min, histogram.max) == (0.5, 7.0)
+    assert sum(histogram.bucket_counts) == 3
+
+    spans = {
+        span.name: span
+        for request in trace_requests
+        for resource_spans in request.resource_spans
+        for scope in resource_spans.scope_spans
+        for span in scope.spans
+    }
+    assert set(spans) == {"job", "step", "still-open"}
+    assert as_dict(spans["job"].attributes) == {"job.kind": "train"}
+    assert as_dict(spans["step"].attributes) == {"dl.iteration": 3}
+    assert spans["step"].parent_span_id == spans["job"].span_id
+    assert spans["step"].trace_id == spans["job"].trace_id
+    assert as_dict(spans["still-open"].attributes) == {"nemo.span.truncated": True}
+    assert [event.name for event in spans["still-open"].events] == ["nemo.span.truncated"]
+    trace_resource = as_dict(trace_requests[-1].resource_spans[0].resource.attributes)
+    assert trace_resource["service.instance.id"] == f"{run_id}-rank1"
+
+
+def e2e_config(run_id: str) -> NemoLensConfig:
+    return NemoLensConfig(
+        enabled=True,
+        service_name="e2e-service",
+        export_strategy="all_ranks",
+        run_id=run_id,
+        user="alice",
+        wandb_project="proj",
+    )
+
+
+@pytest.fixture
+def http_receiver() -> Iterator[tuple[str, Received]]:
+    received = Received()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if self.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
+            response: Any
+            if self.path == "/v1/metrics":
+                request: Any = metrics_service_pb2.ExportMetricsServiceRequest()
+                request.ParseFromString(body)
+                with received.lock:
+                    received.metrics.append(request)
+                response = metrics_service_pb2.ExportMetricsServiceResponse()
+            elif self.path == "/v1/traces":
+                request = trace_service_pb2.ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                with received.lock:
+                    received.traces.append(request)
+                response = trace_service_pb2.ExportTraceServiceResponse()
+            else:
+                self.send_error(404)
+                return
+            payload = response.SerializeToString()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_otlp_http_delivers_every_value_and_resource_attribute(
+    http_receiver: tuple[str, Received], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTLP/HTTP: metrics (1,000 increments exactly), spans and resource arrive decoded."""
+    endpoint, received = http_receiver
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    handle = setup_telemetry(
+        e2e_config("httprun"), rank=1, world_size=2, resource_attributes=CALLER_RESOURCE
+    )
+    record_workload(handle)
+    handle.shutdown(timeout_ms=20000)
+    check_everything_arrived(received, "httprun")
+
+
+def test_otlp_grpc_is_the_default_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTLP/gRPC (no protocol set): the same workload arrives at a real gRPC receiver."""
+    import grpc  # type: ignore[import-untyped,unused-ignore]
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+    received = Received()
+
+    class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:
+            with received.lock:
+                received.metrics.append(request)
+            return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:
+            with received.lock:
+                received.traces.append(request)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    register_metrics: Any = metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server
+    register_traces: Any = trace_service_pb2_grpc.add_TraceServiceServicer_to_server
+    register_metrics(MetricsService(), server)
+    register_traces(TraceService(), server)
+    port = server.add_insecure_port(f"127.0.0.1:{free_port()}")
+    server.start()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+        handle = setup_telemetry(
+            e2e_config("grpcrun"), rank=1, world_size=2, resource_attributes=CALLER_RESOURCE
+        )
+        record_workload(handle)
+        handle.shutdown(timeout_ms=20000)
+    finally:
+        server.stop(grace=None).wait(10)
+    check_everything_arrived(received, "grpcrun")

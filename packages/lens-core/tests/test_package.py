@@ -45,3 +45,34 @@ def test_every_public_name_imports_from_every_public_module() -> None:
     assert list(root_names) == sorted(root_names)
     assert all(hasattr(nemo.lens, name) for name in root_names)
     assert checked >= 2
+
+
+def test_root_names_resolve_lazily_to_the_defining_objects() -> None:
+    """Every root name is the very object its module defines, loaded on first access."""
+    lazy = nemo.lens._LAZY_EXPORTS
+    assert set(nemo.lens.__all__) == {*lazy, "__version__", "get_meter", "get_tracer"}
+    for name, module_name in lazy.items():
+        assert getattr(nemo.lens, name) is getattr(importlib.import_module(module_name), name)
+    assert set(nemo.lens.__all__) <= set(dir(nemo.lens))
+
+
+def test_unknown_root_attribute_is_an_attribute_error() -> None:
+    """A name lens does not export raises AttributeError, as for any module."""
+    import pytest
+
+    with pytest.raises(AttributeError, match="no attribute 'record_rl_metrics'"):
+        _ = nemo.lens.record_rl_metrics  # type: ignore[attr-defined]
+
+
+def test_bare_import_loads_no_submodule_but_version() -> None:
+    """`import nemo.lens` alone loads only the package and its version module."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, nemo.lens; print(sorted(m for m in sys.modules if m.startswith('nemo.lens')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "['nemo.lens', 'nemo.lens.version']"

@@ -1,45 +1,82 @@
 """lens: OpenTelemetry traces and metrics for ML training loops.
 
-Importing `nemo.lens` needs only `opentelemetry-api`; the SDK and exporters are imported
-inside the functions that build SDK objects.
+Importing `nemo.lens` needs only `opentelemetry-api`. The public names below are loaded
+from their modules on first access (PEP 562), so `import nemo.lens` costs about as much as
+importing the OpenTelemetry API itself, and a consumer pays only for what it uses: the
+span gate does not load the exporters, and nothing here loads the SDK.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from opentelemetry import metrics, trace
 
-from nemo.lens.config import NemoLensConfig
-from nemo.lens.groups import SpanGroup, SpanRegistry
-from nemo.lens.handle import TelemetryHandle, setup_telemetry
-from nemo.lens.helpers import (
-    DEFAULT_REDACT_KEYS,
-    managed_span,
-    redact_value,
-    safe_set_span_attributes,
-    span_cm,
-    trace_fn,
-)
-from nemo.lens.instruments import (
-    MetricSpec,
-    record_metrics,
-    register_metric_group,
-    registered_metric_groups,
-    unregister_metric_group,
-)
-from nemo.lens.propagation import extract_context, inject_context
-from nemo.lens.state import (
-    enabled_span_groups,
-    is_span_group_enabled,
-    pending_span_groups,
-    set_enabled_span_groups,
-)
-from nemo.lens.strategies import (
-    ExportStrategy,
-    register_export_strategy,
-    registered_strategies,
-    unregister_export_strategy,
-)
 from nemo.lens.version import __version__
+
+if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
+    from nemo.lens.config import NemoLensConfig
+    from nemo.lens.groups import SpanGroup, SpanRegistry
+    from nemo.lens.handle import TelemetryHandle, setup_telemetry
+    from nemo.lens.helpers import (
+        DEFAULT_REDACT_KEYS,
+        managed_span,
+        redact_value,
+        safe_set_span_attributes,
+        span_cm,
+        trace_fn,
+    )
+    from nemo.lens.instruments import (
+        MetricSpec,
+        record_metrics,
+        register_metric_group,
+        registered_metric_groups,
+        unregister_metric_group,
+    )
+    from nemo.lens.propagation import extract_context, inject_context
+    from nemo.lens.state import (
+        enabled_span_groups,
+        is_span_group_enabled,
+        pending_span_groups,
+        set_enabled_span_groups,
+    )
+    from nemo.lens.strategies import (
+        ExportStrategy,
+        register_export_strategy,
+        registered_strategies,
+        unregister_export_strategy,
+    )
+
+# Public name -> the module that defines it.
+_LAZY_EXPORTS: dict[str, str] = {
+    "DEFAULT_REDACT_KEYS": "nemo.lens.helpers",
+    "ExportStrategy": "nemo.lens.strategies",
+    "MetricSpec": "nemo.lens.instruments",
+    "NemoLensConfig": "nemo.lens.config",
+    "SpanGroup": "nemo.lens.groups",
+    "SpanRegistry": "nemo.lens.groups",
+    "TelemetryHandle": "nemo.lens.handle",
+    "enabled_span_groups": "nemo.lens.state",
+    "extract_context": "nemo.lens.propagation",
+    "inject_context": "nemo.lens.propagation",
+    "is_span_group_enabled": "nemo.lens.state",
+    "managed_span": "nemo.lens.helpers",
+    "pending_span_groups": "nemo.lens.state",
+    "record_metrics": "nemo.lens.instruments",
+    "redact_value": "nemo.lens.helpers",
+    "register_export_strategy": "nemo.lens.strategies",
+    "register_metric_group": "nemo.lens.instruments",
+    "registered_metric_groups": "nemo.lens.instruments",
+    "registered_strategies": "nemo.lens.strategies",
+    "safe_set_span_attributes": "nemo.lens.helpers",
+    "set_enabled_span_groups": "nemo.lens.state",
+    "setup_telemetry": "nemo.lens.handle",
+    "span_cm": "nemo.lens.helpers",
+    "trace_fn": "nemo.lens.helpers",
+    "unregister_export_strategy": "nemo.lens.strategies",
+    "unregister_metric_group": "nemo.lens.instruments",
+}
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
@@ -72,6 +109,19 @@ __all__ = [
     "unregister_export_strategy",
     "unregister_metric_group",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY_EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'nemo.lens' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_EXPORTS})
 
 
 def get_tracer(name: str = "nemo.lens") -> trace.Tracer:

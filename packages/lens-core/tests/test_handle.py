@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -199,3 +203,43 @@ def test_no_op_handle_shuts_down_nothing() -> None:
     assert handle._shutdown_done is True
     trace.get_tracer("still-running").start_span("after").end()
     assert spans.names() == ["after"]
+
+
+ATEXIT_SCRIPT = """
+import atexit
+from nemo.lens import MetricSpec, NemoLensConfig, record_metrics, register_metric_group
+from nemo.lens import setup_telemetry
+
+handle = setup_telemetry(NemoLensConfig(enabled=True, exporter="console", traces_enabled=False))
+register_metric_group("exit", [MetricSpec("count", "exit.count", "counter")])
+record_metrics(handle.meter, "exit", count=5)
+atexit.register(handle.shutdown)  # as MLM does
+"""
+
+
+def test_shutdown_from_an_atexit_handler_flushes_without_error() -> None:
+    """shutdown() run by atexit (where some Pythons refuse new threads) exports and never raises."""
+    environ = {**os.environ, "OTEL_METRIC_EXPORT_INTERVAL": "600000"}
+    result = subprocess.run(
+        [sys.executable, "-c", ATEXIT_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environ,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Exception" not in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    values = [
+        point["value"]
+        for line in result.stdout.splitlines()
+        if line.startswith("{")
+        for resource_metrics in json.loads(line)["resource_metrics"]
+        for scope in resource_metrics["scope_metrics"]
+        for metric in scope["metrics"]
+        if metric["name"] == "exit.count"
+        for point in metric["data"]["data_points"]
+    ]
+    assert values
+    assert values[-1] == 5

@@ -53,7 +53,14 @@ def run_within(action: str, steps: Sequence[Step], timeout_ms: int) -> bool:
         finished.set()
 
     worker = threading.Thread(target=work, name=f"nemo-lens-{action}", daemon=True)
-    worker.start()
+    try:
+        worker.start()
+    except RuntimeError:
+        # Some Pythons (3.12) refuse new threads once interpreter shutdown has begun, which
+        # is when atexit handlers call shutdown(). Run inline: the SDK steps still honour
+        # their own time budgets, and flushing late beats not flushing.
+        work()
+        return bool(state["ok"])
     if finished.wait((budget_ms + GRACE_MS) / 1000):
         return bool(state["ok"])
     _logger.warning(

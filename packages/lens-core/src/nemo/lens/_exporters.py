@@ -12,12 +12,8 @@ import io
 import json
 import logging
 import os
-import socket
 import sys
-import threading
-import weakref
 from collections.abc import Callable, Mapping
-from http.server import ThreadingHTTPServer
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 
 from nemo.lens.config import EXPORTERS
@@ -28,7 +24,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
 __all__ = [
-    "PrometheusEndpoint",
     "build_metric_reader",
     "build_span_exporter",
     "check_exporter_name",
@@ -186,6 +181,9 @@ def _prometheus_reader(on_shutdown: list[Callable[[], None]]) -> MetricReader:
             f"{PROMETHEUS_HINT} ({exc})"
         ) from exc
     host, port = prometheus_address()
+    # Imported here: http.server is heavy, and only a Prometheus setup needs it.
+    from nemo.lens._prometheus_server import PrometheusEndpoint
+
     endpoint = PrometheusEndpoint(host, port, MetricsHandler.factory(REGISTRY))
     try:
         reader = PrometheusMetricReader()
@@ -217,66 +215,6 @@ def prometheus_address(environ: Mapping[str, str] | None = None) -> tuple[str, i
             f"port in [0, 65535] (default {DEFAULT_PROMETHEUS_PORT})"
         )
     return host, port
-
-
-class PrometheusEndpoint:
-    """An HTTP server on a daemon thread that serves the Prometheus text format."""
-
-    def __init__(self, host: str, port: int, handler: type[Any]) -> None:
-        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
-        try:
-            self._server = server_class((host, port), handler)
-        except OSError as exc:
-            raise OSError(
-                exc.errno,
-                f"setup_telemetry: cannot serve Prometheus metrics on {host}:{port} ({exc}); "
-                "choose another address with OTEL_EXPORTER_PROMETHEUS_HOST and "
-                "OTEL_EXPORTER_PROMETHEUS_PORT",
-            ) from exc
-        self._server.daemon_threads = True
-        self.host = host
-        self.port = int(self._server.server_address[1])
-        self._owner_pid = os.getpid()
-        self._stopped = False
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            name=f"nemo-lens-prometheus-{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        _live_endpoints.add(self)
-        _logger.info("serving Prometheus metrics at http://%s:%d/metrics", host, self.port)
-
-    def stop(self) -> None:
-        """Stop serving and release the port; idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        if os.getpid() == self._owner_pid:
-            self._server.shutdown()
-        self._server.server_close()
-
-    def close_inherited_socket(self) -> None:
-        """In a forked child: release the child's copy of the listening socket."""
-        self._stopped = True
-        self._server.server_close()
-
-
-class _IPv6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-
-_live_endpoints: weakref.WeakSet[PrometheusEndpoint] = weakref.WeakSet()
-
-
-def _close_endpoints_in_child() -> None:
-    # The serving thread does not survive fork(); the child's copy of the socket would
-    # only keep the port bound after the parent exits.
-    for endpoint in list(_live_endpoints):
-        endpoint.close_inherited_socket()
-
-
-os.register_at_fork(after_in_child=_close_endpoints_in_child)
 
 
 class _CurrentStdout(io.TextIOBase):

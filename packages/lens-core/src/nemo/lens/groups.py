@@ -14,11 +14,11 @@ Two resolvers coexist because two consumer generations do:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable, Mapping
 from typing import ClassVar, Final
 
+from nemo.lens._locks import hold_across_fork
 from nemo.lens.errors import LensTypeError, LensValueError
 
 __all__ = ["SpanGroup", "SpanRegistry"]
@@ -366,21 +366,4 @@ def _after_mutation(registered: str | None) -> None:
     state.refresh_enabled_span_groups()
 
 
-# Acquired before fork and replaced in the child, as CPython's logging does.
-def _acquire_before_fork() -> None:
-    SpanRegistry._lock.acquire()
-
-
-def _release_in_parent() -> None:
-    SpanRegistry._lock.release()
-
-
-def _replace_in_child() -> None:
-    SpanRegistry._lock = threading.Lock()
-
-
-os.register_at_fork(
-    before=_acquire_before_fork,
-    after_in_parent=_release_in_parent,
-    after_in_child=_replace_in_child,
-)
+hold_across_fork(SpanRegistry, "_lock")

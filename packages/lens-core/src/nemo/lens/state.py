@@ -12,10 +12,11 @@ This module imports nothing from OpenTelemetry.
 from __future__ import annotations
 
 import logging
-import os
+import sys
 import threading
 from collections.abc import Iterable
 
+from nemo.lens._locks import hold_across_fork
 from nemo.lens.errors import LensTypeError
 from nemo.lens.groups import SpanRegistry
 
@@ -41,8 +42,10 @@ _spec: str | None = None
 _warned: set[tuple[str, frozenset[str]]] = set()
 _pp_trace_carrier: dict[str, str] | None = None
 
-# Lock order: this lock, then SpanRegistry's.
+# Lock order: this lock, then SpanRegistry's. Registered for fork after `groups` (which
+# this module imports), so it is also taken first before a fork.
 _lock = threading.Lock()
+hold_across_fork(sys.modules[__name__], "_lock")
 
 
 def is_span_group_enabled(group: str) -> bool:
@@ -189,25 +192,3 @@ def _as_frozenset(groups: Iterable[str]) -> frozenset[str]:
             f"group names, got {type(groups).__name__} ({groups!r})"
         )
     return frozenset(groups)
-
-
-# Acquired before fork and replaced in the child, as CPython's logging does, so a child
-# never inherits the lock held by a parent thread.
-def _acquire_before_fork() -> None:
-    _lock.acquire()
-
-
-def _release_in_parent() -> None:
-    _lock.release()
-
-
-def _replace_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(
-    before=_acquire_before_fork,
-    after_in_parent=_release_in_parent,
-    after_in_child=_replace_in_child,
-)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Final, TypeAlias
 
+from nemo.lens._locks import hold_across_fork
 from nemo.lens.config import NemoLensConfig
 from nemo.lens.errors import LensTypeError, LensValueError
 
@@ -70,6 +72,7 @@ BUILTIN_STRATEGIES: Final = frozenset(_BUILTINS)
 
 _strategies: dict[str, ExportStrategy] = dict(_BUILTINS)
 _lock = threading.Lock()
+hold_across_fork(sys.modules[__name__], "_lock")
 
 
 def register_export_strategy(
@@ -147,24 +150,3 @@ def _reset_to_builtins() -> None:
     with _lock:
         _strategies.clear()
         _strategies.update(_BUILTINS)
-
-
-# Held across fork() and replaced in the child, so a child never inherits it locked.
-def _acquire_before_fork() -> None:
-    _lock.acquire()
-
-
-def _release_in_parent() -> None:
-    _lock.release()
-
-
-def _replace_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(
-    before=_acquire_before_fork,
-    after_in_parent=_release_in_parent,
-    after_in_child=_replace_in_child,
-)

@@ -8,11 +8,12 @@ new definition never reuses an old instrument and its warnings start afresh.
 from __future__ import annotations
 
 import logging
-import os
+import sys
 import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Final, TypeAlias
 
+from nemo.lens._locks import hold_across_fork
 from nemo.lens.errors import LensTypeError, LensValueError
 from nemo.lens.instruments._spec import MetricSpec
 
@@ -67,29 +68,10 @@ GROUPS: Final[dict[str, MetricGroup]] = {}
 # Warning memory for calls naming a group that is not registered.
 UNREGISTERED: Final = MetricGroup("<unregistered>", ())
 
-# One lock guards registration and instrument creation. It is taken across fork() and
-# replaced in the child, as CPython's logging does, so a child never inherits it held.
+# One lock guards registration and instrument creation. It is held across fork() and
+# replaced in the child, so the recording module reads it as `_registry.lock` at use time.
 lock = threading.Lock()
-
-
-def _acquire_before_fork() -> None:
-    lock.acquire()
-
-
-def _release_in_parent() -> None:
-    lock.release()
-
-
-def _replace_in_child() -> None:
-    global lock
-    lock = threading.Lock()
-
-
-os.register_at_fork(
-    before=_acquire_before_fork,
-    after_in_parent=_release_in_parent,
-    after_in_child=_replace_in_child,
-)
+hold_across_fork(sys.modules[__name__], "lock")
 
 
 def warn_once(group: MetricGroup, memory_key: Hashable, message: str, *args: object) -> None:

@@ -6,16 +6,14 @@ Every test forks for real. The child reports back through a pipe and always leav
 
 from __future__ import annotations
 
-import json
 import os
-import select
-import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from lens_fork import in_child
 from opentelemetry.sdk.metrics.export import (
     InMemoryMetricReader,
     MetricExporter,
@@ -43,7 +41,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning"),
 ]
 
-CHILD_TIMEOUT_S = 30.0
 SPECS = [MetricSpec("steps", "fork.steps", "counter"), MetricSpec("loss", "fork.loss", "gauge")]
 
 
@@ -83,44 +80,6 @@ class RecordingSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         self.spans.extend(spans)
         return SpanExportResult.SUCCESS
-
-
-def in_child(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Fork; run `work` in the child and return what it reported; kill a hung child."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report, then leave without running any parent cleanup
-        os.close(read_end)
-        code = 0
-        try:
-            report = work()
-        except BaseException as exc:
-            report = {"error": f"{type(exc).__name__}: {exc}"}
-            code = 1
-        try:
-            os.write(write_end, json.dumps(report).encode())
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    chunks: list[bytes] = []
-    try:
-        while True:
-            ready, _, _ = select.select([read_end], [], [], CHILD_TIMEOUT_S)
-            if not ready:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                pytest.fail(f"forked child did not finish within {CHILD_TIMEOUT_S} s (deadlock?)")
-            chunk = os.read(read_end, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(read_end)
-    _, status = os.waitpid(pid, 0)
-    answer: dict[str, Any] = json.loads(b"".join(chunks) or b"{}")
-    assert "error" not in answer, answer["error"]
-    assert os.waitstatus_to_exitcode(status) == 0
-    return answer
 
 
 def total(batches: Sequence[MetricsData], name: str) -> list[Any]:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from lens_spans import SpanPipeline, read_all, reset_span_state, wait_for_child
+from lens_fork import in_child
+from lens_spans import SpanPipeline, reset_span_state
 
 from nemo.lens import SpanRegistry, managed_span, set_enabled_span_groups, span_cm, state, trace_fn
 from nemo.lens.state import enabled_span_groups, is_span_group_enabled, set_span_group_spec
@@ -30,27 +30,6 @@ def _fresh_span_state() -> Iterator[None]:
     reset_span_state()
     yield
     reset_span_state()
-
-
-def in_child(work: Callable[[], Any]) -> Any:
-    """Fork; run `work` in the child and return its JSON-encoded result to the parent."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: only os._exit leaves, so pytest never runs twice
-        code = 1
-        try:
-            os.close(read_fd)
-            os.write(write_fd, json.dumps(work()).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    try:
-        payload = read_all(read_fd)
-        assert wait_for_child(pid) == 0, "the child failed"
-    finally:
-        os.close(read_fd)
-    return json.loads(payload)
 
 
 def ids(span: Any) -> list[int]:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import select
-import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,8 +9,6 @@ from typing import Any
 from nemo.lens import helpers, propagation
 from nemo.lens.groups import SpanRegistry
 from nemo.lens.state import set_enabled_span_groups, set_pp_trace_carrier
-
-CHILD_TIMEOUT_S = 30.0
 
 
 class SpanPipeline:
@@ -73,31 +67,3 @@ def global_tracer_provider(provider: Any) -> Iterator[None]:
         yield
     finally:
         forget()
-
-
-def wait_for_child(pid: int, timeout_s: float = CHILD_TIMEOUT_S) -> int:
-    """Wait for a forked child with a bound; kill it and raise if it hangs."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    raise AssertionError(f"forked child {pid} did not finish within {timeout_s}s (deadlock?)")
-
-
-def read_all(read_fd: int, timeout_s: float = CHILD_TIMEOUT_S) -> bytes:
-    """Read everything a child writes until it closes its end (bounded by timeout_s)."""
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = deadline - time.monotonic()
-        ready, _, _ = select.select([read_fd], [], [], max(remaining, 0))
-        if not ready:
-            return b"".join(chunks)
-        chunk = os.read(read_fd, 65536)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)

@@ -35,8 +35,6 @@ class Pipeline:
 
     tracer_provider: TracerProvider | None
     meter_provider: MeterProvider | None
-    resource_attributes: dict[str, object]
-    owner_pid: int
     open_spans: OpenSpanTracker | None = None
     #: Run after the providers shut down (the Prometheus endpoint's stop).
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
@@ -81,12 +79,7 @@ def build_pipeline(
         forked_child=_fork.inherited_a_pipeline(),
     )
     resource = _resource.build_resource(attributes)
-    pipeline = Pipeline(
-        tracer_provider=None,
-        meter_provider=None,
-        resource_attributes=dict(attributes),
-        owner_pid=owner_pid,
-    )
+    pipeline = Pipeline(tracer_provider=None, meter_provider=None)
     try:
         if config.metrics_enabled:
             reader = metric_reader

@@ -274,9 +274,7 @@ def _no_op_setup() -> TelemetryHandle:
         trace.NoOpTracer(), metrics.NoOpMeter(INSTRUMENTATION_SCOPE), is_exporting=False
     )
     # Built nothing, so its flush and shutdown touch nothing (not someone else's globals).
-    handle._pipeline = _providers.Pipeline(
-        tracer_provider=None, meter_provider=None, resource_attributes={}, owner_pid=os.getpid()
-    )
+    handle._pipeline = _providers.Pipeline(tracer_provider=None, meter_provider=None)
     return handle
 
 

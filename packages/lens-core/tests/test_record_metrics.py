@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import gc
 import logging
 import math
@@ -327,6 +328,31 @@ def test_malformed_attribute_entries_are_dropped_but_the_point_kept(
     assert dict(point.attributes) == {"rank": 0}
     assert len(warnings_from(caplog)) == 1
     assert "were dropped" in warnings_from(caplog)[0]
+
+
+class Backend(str, enum.Enum):
+    """A string enum, as frameworks use for attribute values."""
+
+    VLLM = "vllm"
+
+
+class Rank(int):
+    """An int subclass."""
+
+
+class Key(str):
+    """A str subclass."""
+
+
+def test_attributes_of_scalar_subclasses_are_kept(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A str-subclass key and enum or int-subclass values are carried, as the SDK carries them."""
+    attributes = {Key("backend"): Backend.VLLM, "rank": Rank(1)}
+    record_metrics(rl.meter, "rl", attributes=attributes, tokens=1)
+    (point,) = rl.points("rl.tokens")
+    assert dict(point.attributes) == {"backend": "vllm", "rank": 1}
+    assert warnings_from(caplog) == []
 
 
 def test_sequence_attributes_are_kept_as_tuples(rl: MetricsPipeline) -> None:

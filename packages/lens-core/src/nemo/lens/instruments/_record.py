@@ -39,6 +39,9 @@ _INFINITY: Final = math.inf
 # The smallest value each kind accepts: finite for all, and >= 0 for some.
 _LOWEST_FINITE: Final = -sys.float_info.max
 _SCALAR_ATTRIBUTE_TYPES: Final = frozenset({str, bool, int, float})
+# The same, for isinstance on the slow path: subclasses (an enum member, numpy.float64)
+# are carried too, as the SDK carries them.
+_SCALAR_ATTRIBUTE_CLASSES: Final = (str, bool, int, float)
 
 
 def record_metrics(
@@ -360,7 +363,7 @@ def _clean_attributes(state: MetricGroup, attributes: object) -> Mapping[str, ob
         dropped.append("<unreadable mapping>")
     for key, value in entries:
         clean_value = _clean_attribute_value(value)
-        if type(key) is str and key and clean_value is not None:
+        if isinstance(key, str) and key and clean_value is not None:
             cleaned[key] = clean_value
         else:
             dropped.append(_safe_repr(key))
@@ -379,9 +382,9 @@ def _clean_attributes(state: MetricGroup, attributes: object) -> Mapping[str, ob
 
 def _clean_attribute_value(value: object) -> object:
     """Return the value as OpenTelemetry accepts it, or None when it cannot carry it."""
-    if type(value) in _SCALAR_ATTRIBUTE_TYPES:
+    if isinstance(value, _SCALAR_ATTRIBUTE_CLASSES):
         return value
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+    if not isinstance(value, (list, tuple)):
         return None
     element_types = {type(element) for element in value}
     if len(element_types) > 1 or not element_types <= set(_SCALAR_ATTRIBUTE_TYPES):

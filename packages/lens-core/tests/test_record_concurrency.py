@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from lens_fork import in_child
@@ -104,3 +106,33 @@ def test_child_gets_a_fresh_unlocked_lock() -> None:
     assert in_child(check) == "fresh"
     assert _registry.lock is parent_lock
     assert not parent_lock.locked()
+
+
+@pytest.mark.filterwarnings("ignore:This process.*multi-threaded:DeprecationWarning")
+def test_child_never_records_through_instruments_its_parent_used(
+    pipeline: MetricsPipeline,
+) -> None:
+    """A forked child skips its parent's instruments (warning once) and records on its own."""
+    register_metric_group("steady", [MetricSpec("v", "steady.v", "counter")])
+    record_metrics(pipeline.meter, "steady", v=1)
+
+    def child() -> dict[str, Any]:
+        messages: list[str] = []
+
+        class Collect(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                messages.append(record.getMessage())
+
+        logging.getLogger("nemo.lens").addHandler(Collect())
+        for _ in range(3):
+            record_metrics(pipeline.meter, "steady", v=100)
+        own = MetricsPipeline()
+        record_metrics(own.meter, "steady", v=7)
+        return {"messages": messages, "own": [p.value for p in own.points("steady.v")]}
+
+    report = in_child(child)
+    assert report["own"] == [7]
+    assert len(report["messages"]) == 1
+    assert "forked from one that recorded group 'steady'" in report["messages"][0]
+    record_metrics(pipeline.meter, "steady", v=1)
+    assert [p.value for p in pipeline.points("steady.v")] == [2]

@@ -7,8 +7,9 @@ there would send the parent's points a second time under the parent's name. So:
 
 - Nothing leaves a child through an inherited pipeline. Every metric collection returns
   nothing outside the process that built the pipeline, and every span exporter lens puts
-  behind its batch processor drops its batches there. Recording in the child still
-  works and costs what it costs in the parent; it simply goes nowhere.
+  behind its batch processor drops its batches there. `record_metrics` does not record
+  through the parent's instruments in the child at all (see
+  `nemo.lens.instruments._registry`): the SDK's aggregation locks may be held there.
 - The child never deadlocks on the SDK's metric storage: collection runs under lens's
   collection gate, which `fork()` takes first, so the SDK's reader thread is never
   halfway through a collection (holding storage locks) when the child is created.

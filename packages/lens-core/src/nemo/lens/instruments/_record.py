@@ -259,6 +259,17 @@ def _create_emitter(
                 _safe_repr(key),
             )
         return None
+    if cache.inherited:
+        warn_once(
+            state,
+            ("inherited", type(meter).__qualname__),
+            "record_metrics: this process was forked from one that recorded group %r on "
+            "this meter; a child does not record through its parent's instruments (they "
+            "may be locked, and are not exported from here). Call setup_telemetry in the "
+            "child and record through its handle.",
+            state.name,
+        )
+        return None
     create_name, record_name = METRIC_KINDS[spec.kind]
     error: Exception | None = None
     with _registry.lock:

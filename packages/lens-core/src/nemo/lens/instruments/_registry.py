@@ -8,6 +8,7 @@ new definition never reuses an old instrument and its warnings start afresh.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Hashable, Iterable
@@ -37,7 +38,7 @@ WARNING_CAP: Final = 100
 class MeterCache:
     """The instruments one group has created on one meter, which it holds weakly."""
 
-    __slots__ = ("emitters", "failed", "ref")
+    __slots__ = ("emitters", "failed", "inherited", "ref")
 
     def __init__(self, ref: Any) -> None:
         self.ref = ref
@@ -46,6 +47,9 @@ class MeterCache:
         self.emitters: dict[str, Emitter] = {}
         #: keys whose instrument could not be created on this meter.
         self.failed: set[str] = set()
+        #: True in a forked child for a meter the parent recorded on: never recorded
+        #: into again there (see `_drop_inherited_instruments`).
+        self.inherited = False
 
 
 class MetricGroup:
@@ -72,6 +76,20 @@ UNREGISTERED: Final = MetricGroup("<unregistered>", ())
 # replaced in the child, so the recording module reads it as `_registry.lock` at use time.
 lock = threading.Lock()
 hold_across_fork(sys.modules[__name__], "lock")
+
+
+def _drop_inherited_instruments() -> None:
+    # The SDK's aggregation locks are not replaced in a child: a parent thread that was
+    # recording at the fork leaves them held forever. The child therefore never records
+    # into an instrument its parent used; such points would not be exported from the
+    # child anyway (see nemo.lens._fork). A setup made in the child records normally.
+    for group in GROUPS.values():
+        for cache in group.meters.values():
+            cache.emitters = {}
+            cache.inherited = True
+
+
+os.register_at_fork(after_in_child=_drop_inherited_instruments)
 
 
 def warn_once(group: MetricGroup, memory_key: Hashable, message: str, *args: object) -> None:

@@ -66,3 +66,20 @@ def test_reuses_a_group_registered_before(pipeline: MetricsPipeline) -> None:
 def test_never_raises(meter: object) -> None:
     """Unusable meters and odd values never raise."""
     record_inference_metrics(meter, request_duration_s="slow", input_tokens=-1, model=object())
+
+
+class Unprintable:
+    """A model name whose str() raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no name")
+
+
+def test_unexpected_failure_is_logged_once(
+    pipeline: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failure inside record_inference_metrics warns once per kind and never raises."""
+    for _ in range(3):
+        record_inference_metrics(pipeline.meter, request_duration_s=0.1, model=Unprintable())
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("nemo.lens")]
+    assert messages == ["record_inference_metrics: skipped a request (RuntimeError: no name)"]

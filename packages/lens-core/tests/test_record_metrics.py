@@ -547,3 +547,90 @@ def test_internal_defect_is_contained(
     messages = warnings_from(caplog)
     assert len(messages) == 1
     assert "unexpected AttributeError" in messages[0]
+
+
+def test_none_for_a_key_already_recorded_is_skipped_silently(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a key's instrument exists, None still records nothing and logs nothing."""
+    record_metrics(rl.meter, "rl", tokens=2)
+    record_metrics(rl.meter, "rl", tokens=None)
+    assert value_of(rl, "rl.tokens") == 2
+    assert warnings_from(caplog) == []
+
+
+class BadRepr:
+    """Neither a number nor printable."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_a_value_whose_repr_fails_is_still_reported(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warning names the value's type when its repr raises."""
+    record_metrics(rl.meter, "rl", reward_mean=BadRepr(), tokens=1)
+    assert value_of(rl, "rl.tokens") == 1
+    (message,) = warnings_from(caplog)
+    assert "<BadRepr with a failing repr>" in message
+
+
+class UnconvertibleReal(Fraction):
+    """A numbers.Real whose float conversion fails."""
+
+    def __float__(self) -> float:
+        raise ArithmeticError("cannot convert")
+
+
+def test_a_real_number_that_fails_to_convert_is_skipped(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Real whose conversion raises skips its key with one warning naming the failure."""
+    record_metrics(rl.meter, "rl", reward_mean=UnconvertibleReal(1, 3), tokens=1)
+    assert "rl.reward.mean" not in rl.collect()
+    (message,) = warnings_from(caplog)
+    assert "converting it failed (ArithmeticError)" in message
+
+
+class BareObject:
+    """Can be held weakly, but is no meter."""
+
+
+@pytest.mark.parametrize(
+    ("make_meter", "reason"),
+    [
+        (object, "cannot be held weakly"),
+        (BareObject, "lacks the create_counter/create_gauge/create_histogram methods"),
+        (Hostile, "looking up its create methods failed (RuntimeError"),
+    ],
+    ids=["object", "BareObject", "Hostile"],
+)
+def test_unusable_meter_warnings_say_why(
+    caplog: pytest.LogCaptureFixture, make_meter: Any, reason: str
+) -> None:
+    """The warning for an unusable meter names what is wrong with it."""
+    register_metric_group("rl", RL_SPECS)
+    record_metrics(make_meter(), "rl", reward_mean=1.0)
+    (message,) = warnings_from(caplog)
+    assert reason in message
+
+
+class UnreadableMapping(dict):  # type: ignore[type-arg]
+    """A mapping whose items() raises at once."""
+
+    def items(self) -> Any:
+        raise RuntimeError("gone")
+
+
+def test_unreadable_attributes_are_dropped_and_the_point_kept(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Attributes that cannot be read are dropped with one warning; the value records."""
+    from types import MappingProxyType
+
+    record_metrics(rl.meter, "rl", attributes=MappingProxyType(UnreadableMapping()), tokens=1)
+    (point,) = rl.points("rl.tokens")
+    assert (dict(point.attributes or {}), point.value) == ({}, 1)
+    (message,) = warnings_from(caplog)
+    assert "<unreadable mapping>" in message

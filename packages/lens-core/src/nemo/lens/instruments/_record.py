@@ -174,17 +174,23 @@ def _attach(state: MetricGroup, meter: Any) -> MeterCache | None:
 
     try:
         ref = weakref.ref(meter, forget)
-        usable = all(callable(getattr(meter, create)) for create, _ in METRIC_KINDS.values())
-    except Exception as exc:
-        reason = f"it cannot be held weakly ({type(exc).__name__}: {exc})"
+    except TypeError as exc:
+        reason = f"it cannot be held weakly ({exc})"
     else:
+        try:
+            usable = all(
+                callable(getattr(meter, create, None)) for create, _ in METRIC_KINDS.values()
+            )
+            reason = "it lacks the create_counter/create_gauge/create_histogram methods"
+        except Exception as exc:  # an attribute look-up that raises
+            usable = False
+            reason = f"looking up its create methods failed ({type(exc).__name__}: {exc})"
         if usable:
             with _registry.lock:
                 cache = meters.get(meter_id)
                 if cache is None:
                     cache = meters[meter_id] = MeterCache(ref)
             return cache
-        reason = "it lacks the create_counter/create_gauge/create_histogram methods"
     warn_once(
         state,
         ("meter", type(meter).__qualname__),

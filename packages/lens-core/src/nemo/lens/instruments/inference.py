@@ -6,7 +6,12 @@ import contextlib
 from typing import Any, Final
 
 from nemo.lens.instruments._record import record_metrics
-from nemo.lens.instruments._registry import GROUPS, register_metric_group
+from nemo.lens.instruments._registry import (
+    GROUPS,
+    UNREGISTERED,
+    register_metric_group,
+    warn_once,
+)
 from nemo.lens.instruments._spec import MetricSpec
 
 __all__ = ["INFERENCE_GROUP", "INFERENCE_SPECS", "record_inference_metrics"]
@@ -69,5 +74,11 @@ def record_inference_metrics(
                     attributes={**attributes, "gen_ai.token.type": token_type},
                     token_usage=count,
                 )
-    except Exception:  # never break the caller's request loop
-        return
+    except Exception as exc:  # never break the caller's request loop
+        warn_once(
+            GROUPS.get(INFERENCE_GROUP, UNREGISTERED),
+            ("inference", type(exc).__name__),
+            "record_inference_metrics: skipped a request (%s: %s)",
+            type(exc).__name__,
+            exc,
+        )

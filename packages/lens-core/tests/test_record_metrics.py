@@ -634,3 +634,25 @@ def test_unreadable_attributes_are_dropped_and_the_point_kept(
     assert (dict(point.attributes or {}), point.value) == ({}, 1)
     (message,) = warnings_from(caplog)
     assert "<unreadable mapping>" in message
+
+
+def test_after_fork_handler_retires_every_cached_instrument(
+    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The child-side fork handler stops recording on known meters; new meters still record.
+
+    (The real fork is in test_record_concurrency; calling the handler here shows its effect
+    in-process.)
+    """
+    record_metrics(rl.meter, "rl", tokens=1)
+    _registry._drop_inherited_instruments()
+    for _ in range(2):
+        record_metrics(rl.meter, "rl", tokens=5, reward_mean=1.0)
+    assert value_of(rl, "rl.tokens") == 1
+    assert "rl.reward.mean" not in rl.collect()
+    (message,) = warnings_from(caplog)
+    assert "forked from one that recorded group 'rl'" in message
+    fresh = MetricsPipeline()
+    record_metrics(fresh.meter, "rl", tokens=3)
+    assert [p.value for p in fresh.points("rl.tokens")] == [3]
+    fresh.provider.shutdown()

@@ -36,6 +36,7 @@ from nemo.lens._prometheus_server import _live_endpoints
 from nemo.lens.testing import isolated_telemetry
 
 pytestmark = [
+    pytest.mark.fork,
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"),
     # Python 3.12+ warns that forking a threaded process may deadlock: that is the point.
     pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning"),

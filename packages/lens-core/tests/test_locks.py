@@ -12,6 +12,7 @@ from nemo.lens import strategies
 from nemo.lens._locks import hold_across_fork
 
 pytestmark = [
+    pytest.mark.fork,
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()"),
     # Python 3.12+ warns about fork() while threads run; one test forks with one on purpose.
     pytest.mark.filterwarnings("ignore:This process.*multi-threaded:DeprecationWarning"),

@@ -16,7 +16,10 @@ from lens_pipeline import MetricsPipeline
 from nemo.lens import MetricSpec, record_metrics, register_metric_group, unregister_metric_group
 from nemo.lens.instruments import _registry
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
+pytestmark = [
+    pytest.mark.fork,
+    pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()"),
+]
 
 THREADS = 16
 

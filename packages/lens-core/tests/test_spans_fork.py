@@ -19,6 +19,7 @@ from nemo.lens.state import enabled_span_groups, is_span_group_enabled, set_span
 pytest.importorskip("opentelemetry.sdk.trace")
 
 pytestmark = [
+    pytest.mark.fork,
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()"),
     # Python 3.12+ warns about fork() while threads run; the hammering tests do it on purpose.
     pytest.mark.filterwarnings("ignore:This process.*multi-threaded:DeprecationWarning"),

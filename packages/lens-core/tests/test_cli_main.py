@@ -119,3 +119,21 @@ def test_importing_nemo_lens_does_not_import_the_cli() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_reader_that_leaves_early_is_not_a_traceback(tmp_path: Path) -> None:
+    """`lens metrics ... | head -1`: the command stops quietly when its reader has left."""
+    (tmp_path / "few_metrics.py").write_text(
+        "from nemo.lens import MetricSpec, register_metric_group\n"
+        "register_metric_group('few', [MetricSpec('k', 'few.k')])\n"
+    )
+    command = [sys.executable, "-c", "from nemo.lens.cli import run; run()"]
+    command += ["metrics", "--import", "few_metrics"]
+    with subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        assert process.stdout is not None
+        process.stdout.close()  # the reader is gone before the command writes a byte
+        _, stderr = process.communicate(timeout=60)
+    assert b"Traceback" not in stderr
+    assert process.returncode == 1

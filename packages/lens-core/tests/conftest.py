@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from lens_pipeline import MetricsPipeline
 
 from nemo.lens.instruments import _registry
+from nemo.lens.testing import InMemoryMetrics, in_memory_metrics
 
 
 @pytest.fixture(autouse=True)
@@ -19,10 +19,10 @@ def _fresh_metric_registry() -> Iterator[None]:
 
 
 @pytest.fixture
-def pipeline() -> Iterator[MetricsPipeline]:
+def pipeline() -> Iterator[InMemoryMetrics]:
     """An in-memory metrics pipeline, shut down after the test."""
     sdk = pytest.importorskip("opentelemetry.sdk.metrics")
     del sdk
-    built = MetricsPipeline()
+    built = in_memory_metrics()
     yield built
-    built.provider.shutdown()
+    built.shutdown()

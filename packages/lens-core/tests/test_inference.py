@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import pytest
-from lens_pipeline import MetricsPipeline
 
 from nemo.lens import registered_metric_groups
 from nemo.lens.instruments import record_inference_metrics
 from nemo.lens.instruments.inference import INFERENCE_GROUP, INFERENCE_SPECS
+from nemo.lens.testing import InMemoryMetrics
 
 
-def test_registers_its_group_on_first_use_only(pipeline: MetricsPipeline) -> None:
+def test_registers_its_group_on_first_use_only(pipeline: InMemoryMetrics) -> None:
     """Importing registers nothing; the first call registers the lens-owned group."""
     assert INFERENCE_GROUP not in registered_metric_groups()
     record_inference_metrics(pipeline.meter, request_duration_s=0.5)
     assert registered_metric_groups()[INFERENCE_GROUP] == INFERENCE_SPECS
 
 
-def test_records_duration_and_one_token_point_per_type(pipeline: MetricsPipeline) -> None:
+def test_records_duration_and_one_token_point_per_type(pipeline: InMemoryMetrics) -> None:
     """One duration point and input/output token points, all carrying the GenAI attributes."""
     record_inference_metrics(
         pipeline.meter,
@@ -42,11 +42,11 @@ def test_records_duration_and_one_token_point_per_type(pipeline: MetricsPipeline
         "input": (10, {**common, "gen_ai.token.type": "input"}),
         "output": (4, {**common, "gen_ai.token.type": "output"}),
     }
-    units = {name: metric.unit for name, metric in pipeline.collect().items()}
+    units = {name: metric.unit for name, metric in pipeline.metrics().items()}
     assert units == {"gen_ai.server.request.duration": "s", "gen_ai.client.token.usage": "{token}"}
 
 
-def test_model_attribute_only_when_truthy(pipeline: MetricsPipeline) -> None:
+def test_model_attribute_only_when_truthy(pipeline: InMemoryMetrics) -> None:
     """Without a model the points carry no gen_ai.request.model."""
     record_inference_metrics(pipeline.meter, input_tokens=3, model="")
     (point,) = pipeline.points("gen_ai.client.token.usage")
@@ -54,7 +54,7 @@ def test_model_attribute_only_when_truthy(pipeline: MetricsPipeline) -> None:
     assert pipeline.points("gen_ai.server.request.duration") == []
 
 
-def test_reuses_a_group_registered_before(pipeline: MetricsPipeline) -> None:
+def test_reuses_a_group_registered_before(pipeline: InMemoryMetrics) -> None:
     """A second call, or a group registered by someone else first, does not fail."""
     record_inference_metrics(pipeline.meter, output_tokens=1)
     record_inference_metrics(pipeline.meter, output_tokens=2)
@@ -76,7 +76,7 @@ class Unprintable:
 
 
 def test_unexpected_failure_is_logged_once(
-    pipeline: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    pipeline: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A failure inside record_inference_metrics warns once per kind and never raises."""
     for _ in range(3):

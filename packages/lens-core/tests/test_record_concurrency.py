@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from lens_fork import in_child
 from lens_meters import CountingMeter
-from lens_pipeline import MetricsPipeline
 
 from nemo.lens import MetricSpec, record_metrics, register_metric_group, unregister_metric_group
 from nemo.lens.instruments import _registry
+from nemo.lens.testing import InMemoryMetrics, in_memory_metrics
 
 pytestmark = [
     pytest.mark.fork,
@@ -24,7 +24,7 @@ pytestmark = [
 THREADS = 16
 
 
-def test_racing_first_use_creates_each_instrument_once(pipeline: MetricsPipeline) -> None:
+def test_racing_first_use_creates_each_instrument_once(pipeline: InMemoryMetrics) -> None:
     """Many threads recording new keys at the same moment create each instrument exactly once."""
     specs = [MetricSpec(f"k{i}", f"race.k{i}", "counter") for i in range(8)]
     register_metric_group("race", specs)
@@ -53,7 +53,7 @@ def test_racing_first_use_creates_each_instrument_once(pipeline: MetricsPipeline
 
 
 @pytest.fixture
-def hammering(pipeline: MetricsPipeline) -> Iterator[None]:
+def hammering(pipeline: InMemoryMetrics) -> Iterator[None]:
     """Threads that keep taking the registry lock (registering, creating) until the test ends."""
     stop = threading.Event()
     register_metric_group("steady", [MetricSpec("v", "steady.v", "counter")])
@@ -86,7 +86,7 @@ def test_fork_while_threads_hammer_the_registry_never_deadlocks() -> None:
         def use_registry(attempt: int = attempt) -> list[int]:
             # A pipeline built in the child: the SDK's own locks are not fork-safe, and a
             # parent thread may hold one of the parent pipeline's at fork time.
-            child_pipeline = MetricsPipeline()
+            child_pipeline = in_memory_metrics()
             register_metric_group("child", [MetricSpec("v", "child.v", "counter")])
             record_metrics(child_pipeline.meter, "child", v=attempt)
             record_metrics(child_pipeline.meter, "steady", v=1)
@@ -113,7 +113,7 @@ def test_child_gets_a_fresh_unlocked_lock() -> None:
 
 @pytest.mark.filterwarnings("ignore:This process.*multi-threaded:DeprecationWarning")
 def test_child_never_records_through_instruments_its_parent_used(
-    pipeline: MetricsPipeline,
+    pipeline: InMemoryMetrics,
 ) -> None:
     """A forked child skips its parent's instruments (warning once) and records on its own."""
     register_metric_group("steady", [MetricSpec("v", "steady.v", "counter")])
@@ -129,7 +129,7 @@ def test_child_never_records_through_instruments_its_parent_used(
         logging.getLogger("nemo.lens").addHandler(Collect())
         for _ in range(3):
             record_metrics(pipeline.meter, "steady", v=100)
-        own = MetricsPipeline()
+        own = in_memory_metrics()
         record_metrics(own.meter, "steady", v=7)
         return {"messages": messages, "own": [p.value for p in own.points("steady.v")]}
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 from lens_meters import CountingMeter, FailingCreateMeter, FailingEmitMeter
-from lens_pipeline import MetricsPipeline
 from opentelemetry.metrics import NoOpMeter
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 
 from nemo.lens import MetricSpec, record_metrics, register_metric_group, unregister_metric_group
 from nemo.lens.instruments import _registry
+from nemo.lens.testing import InMemoryMetrics, in_memory_metrics
 
 RL_SPECS = [
     MetricSpec("reward_mean", "rl.reward.mean", "gauge"),
@@ -36,7 +36,7 @@ def warnings_from(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-def value_of(pipeline: MetricsPipeline, name: str) -> Any:
+def value_of(pipeline: InMemoryMetrics, name: str) -> Any:
     """Return the single point's value (gauge/sum) or (count, sum) for a histogram."""
     (point,) = pipeline.points(name)
     if hasattr(point, "bucket_counts"):
@@ -45,13 +45,13 @@ def value_of(pipeline: MetricsPipeline, name: str) -> Any:
 
 
 @pytest.fixture
-def rl(pipeline: MetricsPipeline) -> MetricsPipeline:
+def rl(pipeline: InMemoryMetrics) -> InMemoryMetrics:
     """The pipeline with the 'rl' group registered."""
     register_metric_group("rl", RL_SPECS)
     return pipeline
 
 
-def test_issue_example_exports_gauge_and_ms_histogram(pipeline: MetricsPipeline) -> None:
+def test_issue_example_exports_gauge_and_ms_histogram(pipeline: InMemoryMetrics) -> None:
     """The usage example exports rl.reward.mean = 0.85 and an ms histogram."""
     register_metric_group(
         "rl",
@@ -63,13 +63,13 @@ def test_issue_example_exports_gauge_and_ms_histogram(pipeline: MetricsPipeline)
         ],
     )
     record_metrics(pipeline.meter, "rl", reward_mean=0.85, generation_duration_ms=120.0)
-    metrics = pipeline.collect()
+    metrics = pipeline.metrics()
     assert value_of(pipeline, "rl.reward.mean") == 0.85
     assert metrics["rl.generation.duration_ms"].unit == "ms"
     assert value_of(pipeline, "rl.generation.duration_ms") == (1, 120.0)
 
 
-def test_every_kind_records(rl: MetricsPipeline) -> None:
+def test_every_kind_records(rl: InMemoryMetrics) -> None:
     """Gauges set, histograms record, counters and up-down counters add."""
     for _ in range(2):
         record_metrics(
@@ -81,14 +81,14 @@ def test_every_kind_records(rl: MetricsPipeline) -> None:
     assert value_of(rl, "rl.queue.depth") == -6
 
 
-def test_mapping_and_keywords_merge_keywords_winning(rl: MetricsPipeline) -> None:
+def test_mapping_and_keywords_merge_keywords_winning(rl: InMemoryMetrics) -> None:
     """The values mapping and keyword values merge; a keyword wins over the mapping."""
     record_metrics(rl.meter, "rl", {"reward_mean": 1.0, "tokens": 3}, reward_mean=2.0)
     assert value_of(rl, "rl.reward.mean") == 2.0
     assert value_of(rl, "rl.tokens") == 3
 
 
-def test_values_mapping_alone_records_and_is_not_mutated(rl: MetricsPipeline) -> None:
+def test_values_mapping_alone_records_and_is_not_mutated(rl: InMemoryMetrics) -> None:
     """A plain mapping records every key and is left unchanged."""
     values = {"reward_mean": 0.25, "tokens": 4}
     record_metrics(rl.meter, "rl", values)
@@ -98,15 +98,15 @@ def test_values_mapping_alone_records_and_is_not_mutated(rl: MetricsPipeline) ->
 
 
 def test_none_values_are_skipped_silently(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """None records nothing and logs nothing, even for an undeclared key."""
     record_metrics(rl.meter, "rl", {"tokens": None}, reward_mean=None, undeclared=None)
-    assert rl.collect() == {}
+    assert rl.metrics() == {}
     assert warnings_from(caplog) == []
 
 
-def test_keys_named_like_the_positional_parameters(pipeline: MetricsPipeline) -> None:
+def test_keys_named_like_the_positional_parameters(pipeline: InMemoryMetrics) -> None:
     """Keys called meter, group and values record as keyword arguments."""
     register_metric_group(
         "odd",
@@ -120,7 +120,7 @@ def test_keys_named_like_the_positional_parameters(pipeline: MetricsPipeline) ->
     assert [value_of(pipeline, f"odd.{k}") for k in ("meter", "group", "values")] == [1, 2, 3]
 
 
-def test_attributes_apply_to_every_point_of_the_call(rl: MetricsPipeline) -> None:
+def test_attributes_apply_to_every_point_of_the_call(rl: InMemoryMetrics) -> None:
     """Each point of the call carries the attributes; one point per attribute set."""
     record_metrics(rl.meter, "rl", attributes={"rank": 0}, reward_mean=1.0, tokens=1)
     record_metrics(rl.meter, "rl", attributes={"rank": 1}, reward_mean=2.0, tokens=5)
@@ -131,15 +131,15 @@ def test_attributes_apply_to_every_point_of_the_call(rl: MetricsPipeline) -> Non
     assert tokens == {0: 1, 1: 5}
 
 
-def test_only_recorded_keys_create_series(rl: MetricsPipeline) -> None:
+def test_only_recorded_keys_create_series(rl: InMemoryMetrics) -> None:
     """A declared key never recorded creates no instrument and no series."""
     counting = CountingMeter(rl.meter)
     record_metrics(counting, "rl", reward_mean=1.0)
-    assert set(rl.collect()) == {"rl.reward.mean"}
+    assert set(rl.metrics()) == {"rl.reward.mean"}
     assert dict(counting.creates) == {"rl.reward.mean": 1}
 
 
-def test_instruments_are_created_once_per_meter(rl: MetricsPipeline) -> None:
+def test_instruments_are_created_once_per_meter(rl: InMemoryMetrics) -> None:
     """Repeated records reuse the instrument; a second meter gets its own."""
     first, second = CountingMeter(rl.meter), CountingMeter(rl.meter)
     for step in range(5):
@@ -150,7 +150,7 @@ def test_instruments_are_created_once_per_meter(rl: MetricsPipeline) -> None:
     assert value_of(rl, "rl.tokens") == 10
 
 
-def test_meters_are_held_weakly(rl: MetricsPipeline) -> None:
+def test_meters_are_held_weakly(rl: InMemoryMetrics) -> None:
     """The registry does not keep a meter alive, and forgets it once it is gone."""
     meter = CountingMeter(rl.meter)
     record_metrics(meter, "rl", reward_mean=1.0)
@@ -164,7 +164,7 @@ def test_meters_are_held_weakly(rl: MetricsPipeline) -> None:
 
 
 def test_unknown_group_warns_once_and_records_nothing(
-    pipeline: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    pipeline: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An unregistered group warns once per group and records nothing."""
     for _ in range(3):
@@ -173,12 +173,12 @@ def test_unknown_group_warns_once_and_records_nothing(
     messages = warnings_from(caplog)
     assert len(messages) == 2
     assert "'missing' is not registered" in messages[0]
-    assert pipeline.collect() == {}
+    assert pipeline.metrics() == {}
 
 
 @pytest.mark.parametrize("group", [None, 3, ("a",), ["unhashable"], {"a": 1}])
 def test_non_string_groups_warn_once(
-    pipeline: MetricsPipeline, caplog: pytest.LogCaptureFixture, group: Any
+    pipeline: InMemoryMetrics, caplog: pytest.LogCaptureFixture, group: Any
 ) -> None:
     """A non-string or unhashable group warns once and never raises."""
     for _ in range(3):
@@ -188,7 +188,7 @@ def test_non_string_groups_warn_once(
 
 
 def test_unknown_key_warns_once_per_key_and_others_record(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An undeclared key warns once per (group, key); declared keys in the call still record."""
     for _ in range(3):
@@ -214,7 +214,7 @@ def test_unknown_key_warns_once_per_key_and_others_record(
     ],
 )
 def test_bad_values_are_skipped_with_one_warning(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, bad: object, reason: str
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture, bad: object, reason: str
 ) -> None:
     """A bad value skips only its key, with one warning per (group, key)."""
     for _ in range(3):
@@ -223,7 +223,7 @@ def test_bad_values_are_skipped_with_one_warning(
     assert len(messages) == 1
     assert "key 'reward_mean'" in messages[0]
     assert reason in messages[0]
-    assert "rl.reward.mean" not in rl.collect()
+    assert "rl.reward.mean" not in rl.metrics()
     assert value_of(rl, "rl.tokens") == 6
 
 
@@ -235,7 +235,7 @@ class BigInt(int):
     """An int subclass."""
 
 
-def test_other_real_numbers_reach_the_sdk_as_int_or_float(rl: MetricsPipeline) -> None:
+def test_other_real_numbers_reach_the_sdk_as_int_or_float(rl: InMemoryMetrics) -> None:
     """numbers.Real values arrive as float, integral ones as int."""
     record_metrics(rl.meter, "rl", reward_mean=Rational(1, 4), tokens=BigInt(3))
     (gauge,) = rl.points("rl.reward.mean")
@@ -244,7 +244,7 @@ def test_other_real_numbers_reach_the_sdk_as_int_or_float(rl: MetricsPipeline) -
     assert (tokens.value, type(tokens.value)) == (3, int)
 
 
-def test_largest_float_sized_int_records(rl: MetricsPipeline) -> None:
+def test_largest_float_sized_int_records(rl: InMemoryMetrics) -> None:
     """An int that still fits a float is recorded."""
     record_metrics(rl.meter, "rl", queue_depth=2**1000)
     assert value_of(rl, "rl.queue.depth") == 2**1000
@@ -252,19 +252,19 @@ def test_largest_float_sized_int_records(rl: MetricsPipeline) -> None:
 
 @pytest.mark.parametrize("key", ["tokens", "generation_duration_ms"])
 def test_negative_values_for_counters_and_histograms_are_skipped(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, key: str
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture, key: str
 ) -> None:
     """Counters and histograms refuse negative values with one warning; gauges take them."""
     record_metrics(rl.meter, "rl", {key: -1}, reward_mean=-0.5, queue_depth=-1)
     record_metrics(rl.meter, "rl", {key: -2.0})
     assert len(warnings_from(caplog)) == 1
     assert ">= 0" in warnings_from(caplog)[0]
-    assert set(rl.collect()) == {"rl.reward.mean", "rl.queue.depth"}
+    assert set(rl.metrics()) == {"rl.reward.mean", "rl.queue.depth"}
 
 
 @pytest.mark.parametrize("values", [[("reward_mean", 1.0)], "reward_mean", 3, object()])
 def test_non_mapping_values_are_ignored_and_keywords_record(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, values: object
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture, values: object
 ) -> None:
     """A values argument that is not a mapping warns once; keyword values still record."""
     for _ in range(2):
@@ -275,7 +275,7 @@ def test_non_mapping_values_are_ignored_and_keywords_record(
 
 
 def test_non_string_keys_are_skipped_and_string_keys_record(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Non-string keys in values warn once per group; the string keys still record."""
     for _ in range(2):
@@ -294,7 +294,7 @@ class ExplodingMapping(dict):  # type: ignore[type-arg]
 
 
 def test_a_mapping_that_fails_while_read_keeps_what_was_read(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Keys read before a mapping fails still record, with one warning."""
     from types import MappingProxyType
@@ -319,7 +319,7 @@ def test_a_mapping_that_fails_while_read_keeps_what_was_read(
     ],
 )
 def test_malformed_attribute_entries_are_dropped_but_the_point_kept(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, attributes: dict[Any, Any]
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture, attributes: dict[Any, Any]
 ) -> None:
     """A bad attribute entry is dropped with one warning per group; the value still records."""
     for _ in range(2):
@@ -345,7 +345,7 @@ class Key(str):
 
 
 def test_attributes_of_scalar_subclasses_are_kept(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A str-subclass key and enum or int-subclass values are carried, as the SDK carries them."""
     attributes = {Key("backend"): Backend.VLLM, "rank": Rank(1)}
@@ -355,7 +355,7 @@ def test_attributes_of_scalar_subclasses_are_kept(
     assert warnings_from(caplog) == []
 
 
-def test_sequence_attributes_are_kept_as_tuples(rl: MetricsPipeline) -> None:
+def test_sequence_attributes_are_kept_as_tuples(rl: InMemoryMetrics) -> None:
     """Homogeneous lists and tuples of scalars are accepted."""
     record_metrics(rl.meter, "rl", attributes={"ranks": [0, 1], "tags": ("a",)}, tokens=1)
     (point,) = rl.points("rl.tokens")
@@ -364,7 +364,7 @@ def test_sequence_attributes_are_kept_as_tuples(rl: MetricsPipeline) -> None:
 
 @pytest.mark.parametrize("attributes", [[("rank", 0)], "rank=0", 5])
 def test_non_mapping_attributes_are_ignored(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, attributes: object
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture, attributes: object
 ) -> None:
     """Attributes that are not a mapping are ignored with one warning; the point records."""
     record_metrics(rl.meter, "rl", attributes=attributes, reward_mean=1.0)  # type: ignore[arg-type]
@@ -374,7 +374,7 @@ def test_non_mapping_attributes_are_ignored(
     assert len(warnings_from(caplog)) == 1
 
 
-def test_mapping_attributes_other_than_dict_are_accepted(rl: MetricsPipeline) -> None:
+def test_mapping_attributes_other_than_dict_are_accepted(rl: InMemoryMetrics) -> None:
     """Any Mapping works as attributes."""
     from types import MappingProxyType
 
@@ -416,7 +416,7 @@ def test_unusable_meters_warn_once_and_record_nothing(
 
 
 def test_a_failed_create_costs_only_its_key_and_is_remembered(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A create that raises skips that key (once tried, once warned); other keys record."""
     meter = FailingCreateMeter(rl.meter, "create_histogram")
@@ -428,7 +428,7 @@ def test_a_failed_create_costs_only_its_key_and_is_remembered(
     assert "creating histogram 'rl.generation.duration_ms'" in warnings_from(caplog)[0]
 
 
-def test_reregistering_retries_a_failed_create(rl: MetricsPipeline) -> None:
+def test_reregistering_retries_a_failed_create(rl: InMemoryMetrics) -> None:
     """After the group is registered again, a create that failed is tried again."""
     meter = FailingCreateMeter(rl.meter, "create_histogram")
     record_metrics(meter, "rl", generation_duration_ms=5.0)
@@ -438,7 +438,7 @@ def test_reregistering_retries_a_failed_create(rl: MetricsPipeline) -> None:
 
 
 def test_a_failed_emit_costs_only_its_value(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An instrument that raises on record warns once; the other keys still record."""
     meter = FailingEmitMeter(rl.meter, "rl.reward.mean", ValueError("bad point"))
@@ -449,7 +449,7 @@ def test_a_failed_emit_costs_only_its_value(
     assert "ValueError: bad point" in warnings_from(caplog)[0]
 
 
-def test_base_exceptions_still_propagate(rl: MetricsPipeline) -> None:
+def test_base_exceptions_still_propagate(rl: InMemoryMetrics) -> None:
     """KeyboardInterrupt raised inside a record reaches the caller."""
     meter = FailingEmitMeter(rl.meter, "rl.reward.mean", KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
@@ -463,7 +463,7 @@ def test_noop_meter_returns_before_any_lookup(caplog: pytest.LogCaptureFixture) 
 
 
 def test_proxy_meter_is_silent_until_an_sdk_provider_arrives(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A proxy meter with no SDK behind it creates nothing; once one is set, it records."""
     proxy_provider = _ProxyMeterProvider()
@@ -488,7 +488,7 @@ def test_proxy_meter_behind_a_noop_provider_stays_silent(caplog: pytest.LogCaptu
     assert warnings_from(caplog) == []
 
 
-def test_override_uses_the_new_definition(rl: MetricsPipeline) -> None:
+def test_override_uses_the_new_definition(rl: InMemoryMetrics) -> None:
     """After an override, the key records into an instrument of the new definition."""
     meter = CountingMeter(rl.meter)
     record_metrics(meter, "rl", reward_mean=1.0)
@@ -502,7 +502,7 @@ def test_override_uses_the_new_definition(rl: MetricsPipeline) -> None:
 
 
 def test_override_restarts_warning_memory(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A redefined group may warn afresh about the same problem."""
     record_metrics(rl.meter, "rl", typo=1.0)
@@ -512,7 +512,7 @@ def test_override_restarts_warning_memory(
 
 
 def test_unregistered_group_stops_recording(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """After unregister_metric_group, recording the group warns and records nothing more."""
     record_metrics(rl.meter, "rl", tokens=1)
@@ -523,7 +523,7 @@ def test_unregistered_group_stops_recording(
 
 
 def test_warning_memory_is_capped_with_one_final_line(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Past the cap, one line says further warnings are suppressed, then silence."""
     cap = _registry.WARNING_CAP
@@ -537,7 +537,7 @@ def test_warning_memory_is_capped_with_one_final_line(
 
 
 def test_internal_defect_is_contained(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Even a defect inside lens's own code is logged once instead of raised."""
     group = _registry.GROUPS["rl"]
@@ -550,7 +550,7 @@ def test_internal_defect_is_contained(
 
 
 def test_none_for_a_key_already_recorded_is_skipped_silently(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """After a key's instrument exists, None still records nothing and logs nothing."""
     record_metrics(rl.meter, "rl", tokens=2)
@@ -567,7 +567,7 @@ class BadRepr:
 
 
 def test_a_value_whose_repr_fails_is_still_reported(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The warning names the value's type when its repr raises."""
     record_metrics(rl.meter, "rl", reward_mean=BadRepr(), tokens=1)
@@ -584,11 +584,11 @@ class UnconvertibleReal(Fraction):
 
 
 def test_a_real_number_that_fails_to_convert_is_skipped(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A Real whose conversion raises skips its key with one warning naming the failure."""
     record_metrics(rl.meter, "rl", reward_mean=UnconvertibleReal(1, 3), tokens=1)
-    assert "rl.reward.mean" not in rl.collect()
+    assert "rl.reward.mean" not in rl.metrics()
     (message,) = warnings_from(caplog)
     assert "converting it failed (ArithmeticError)" in message
 
@@ -624,7 +624,7 @@ class UnreadableMapping(dict):  # type: ignore[type-arg]
 
 
 def test_unreadable_attributes_are_dropped_and_the_point_kept(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Attributes that cannot be read are dropped with one warning; the value records."""
     from types import MappingProxyType
@@ -637,7 +637,7 @@ def test_unreadable_attributes_are_dropped_and_the_point_kept(
 
 
 def test_after_fork_handler_retires_every_cached_instrument(
-    rl: MetricsPipeline, caplog: pytest.LogCaptureFixture
+    rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The child-side fork handler stops recording on known meters; new meters still record.
 
@@ -649,10 +649,10 @@ def test_after_fork_handler_retires_every_cached_instrument(
     for _ in range(2):
         record_metrics(rl.meter, "rl", tokens=5, reward_mean=1.0)
     assert value_of(rl, "rl.tokens") == 1
-    assert "rl.reward.mean" not in rl.collect()
+    assert "rl.reward.mean" not in rl.metrics()
     (message,) = warnings_from(caplog)
     assert "forked from one that recorded group 'rl'" in message
-    fresh = MetricsPipeline()
+    fresh = in_memory_metrics()
     record_metrics(fresh.meter, "rl", tokens=3)
     assert [p.value for p in fresh.points("rl.tokens")] == [3]
-    fresh.provider.shutdown()
+    fresh.shutdown()

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lens_pipeline import MetricsPipeline
 
 from nemo.lens import MetricSpec, record_metrics, register_metric_group
 from nemo.lens.instruments import _registry
+from nemo.lens.testing import in_memory_metrics
 
 pytest.importorskip("opentelemetry.sdk.metrics")
 
@@ -70,7 +70,7 @@ def test_never_raises_and_records_every_valid_value(
     """Whatever it is given, record_metrics returns, and each valid declared value lands."""
     _registry.clear()
     register_metric_group("prop", SPECS)
-    pipeline = MetricsPipeline()
+    pipeline = in_memory_metrics()
     try:
         record_metrics(pipeline.meter, group, values, attributes=attributes, **kwargs)
         if group != "prop":
@@ -86,4 +86,4 @@ def test_never_raises_and_records_every_valid_value(
                 assert len(points) == 1
                 assert points[0].value == pytest.approx(expected, rel=1e-12)
     finally:
-        pipeline.provider.shutdown()
+        pipeline.shutdown()

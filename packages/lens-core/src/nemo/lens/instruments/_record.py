@@ -7,7 +7,6 @@ SDK call. Everything that can go wrong is handled on a slow path beside the loop
 
 from __future__ import annotations
 
-import logging
 import math
 import numbers
 import sys
@@ -30,8 +29,6 @@ from nemo.lens.instruments._registry import (
 from nemo.lens.instruments._spec import METRIC_KINDS, NON_NEGATIVE_KINDS
 
 __all__ = ["record_metrics"]
-
-_logger = logging.getLogger(__name__)
 
 # The largest int that converts to a float without OverflowError.
 _INT_LIMIT: Final = int(sys.float_info.max)

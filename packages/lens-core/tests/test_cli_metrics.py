@@ -71,7 +71,11 @@ def project(tmp_path: Path) -> Path:
     """A working directory holding consumer modules, as a framework checkout would."""
     (tmp_path / "consumer.py").write_text(CONSUMER_SOURCE, encoding="utf-8")
     (tmp_path / "broken.py").write_text("raise RuntimeError('no GPU\\nfound')\n", encoding="utf-8")
-    (tmp_path / "nothing.py").write_text("VALUE = 1\n\ndef fails():\n    1 / 0\n", encoding="utf-8")
+    (tmp_path / "nothing.py").write_text(
+        "import sys\n\nVALUE = 1\n\ndef fails():\n    1 / 0\n\ndef quits():\n    sys.exit(0)\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "gpu_only.py").write_text("import sys\nsys.exit('needs a GPU')\n", encoding="utf-8")
     return tmp_path
 
 
@@ -171,10 +175,13 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
         ("nothing:missing", "module 'nothing' has no attribute 'missing'"),
         ("nothing:VALUE", "nothing:VALUE is a int, not callable"),
         ("nothing:fails", "nothing:fails() raised ZeroDivisionError: division by zero"),
+        ("gpu_only", "cannot import module 'gpu_only' (SystemExit: needs a GPU)"),
+        ("nothing:quits", "nothing:quits() raised SystemExit: 0"),
     ],
 )
 def test_a_target_that_cannot_be_loaded_exits_2(project: Path, target: str, expected: str) -> None:
-    """An unimportable module, a missing or uncallable attribute, or a failing call exits 2."""
+    """An unimportable module, a missing or uncallable attribute, or a failing call
+    (sys.exit() included) exits 2."""
     line = one_line_error(lens("metrics", "--import", target, cwd=project))
     assert line.startswith("lens metrics: error: ")
     assert expected in line

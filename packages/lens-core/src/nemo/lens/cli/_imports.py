@@ -44,7 +44,7 @@ def load_target(target: str) -> None:
 
     Raises:
         ImportTargetError: The module cannot be imported, the attribute is missing or not
-            callable, or the import or the call raised.
+            callable, or the import or the call raised (an `Exception` or `SystemExit`).
     """
     match = _TARGET_PATTERN.fullmatch(target)
     if match is None:
@@ -53,9 +53,11 @@ def load_target(target: str) -> None:
     working_directory = os.getcwd()
     if working_directory not in sys.path:
         sys.path.insert(0, working_directory)
+    # SystemExit too: a module or callable that calls sys.exit() is a target that failed,
+    # not the command's own exit status.
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ImportTargetError(
             f"cannot import module {module_name!r} ({_one_line(exc)}); expected an importable "
             "module on sys.path or in the working directory"
@@ -78,7 +80,7 @@ def load_target(target: str) -> None:
         )
     try:
         found()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ImportTargetError(
             f"{module_name}:{attribute_path}() raised {_one_line(exc)}"
         ) from exc

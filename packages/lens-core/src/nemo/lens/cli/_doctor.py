@@ -20,7 +20,7 @@ from nemo.lens.cli._endpoints import (
     otlp_targets,
     prometheus_address,
 )
-from nemo.lens.cli._imports import ImportTargetError, import_target, load_target
+from nemo.lens.cli._imports import import_target, load_targets
 from nemo.lens.cli._parser import EXIT_BAD_INPUT, non_negative_float
 from nemo.lens.version import __version__
 
@@ -287,12 +287,8 @@ def _check_endpoint(
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; 0 when nothing failed, else 1."""
-    for target in args.imports:
-        try:
-            load_target(target)
-        except ImportTargetError as exc:
-            print(f"lens doctor: error: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+    if not load_targets(args.imports, "lens doctor"):
+        return EXIT_BAD_INPUT
     report = Report()
     _versions(report)
     _otel_environment(report, os.environ)

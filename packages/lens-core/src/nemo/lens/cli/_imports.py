@@ -12,8 +12,9 @@ import importlib
 import os
 import re
 import sys
+from collections.abc import Iterable
 
-__all__ = ["ImportTargetError", "import_target", "load_target"]
+__all__ = ["ImportTargetError", "import_target", "load_target", "load_targets"]
 
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _TARGET_PATTERN = re.compile(rf"(?P<module>{_DOTTED})(?::(?P<attribute>{_DOTTED}))?")
@@ -84,3 +85,22 @@ def load_target(target: str) -> None:
         raise ImportTargetError(
             f"{module_name}:{attribute_path}() raised {_one_line(exc)}"
         ) from exc
+
+
+def load_targets(targets: Iterable[str], command: str) -> bool:
+    """Load each target in order; on the first failure print one error line and stop.
+
+    Args:
+        targets: The `--import` values, already checked by `import_target`.
+        command: The command name the error line starts with, such as "lens metrics".
+
+    Returns:
+        True when every target loaded; False after printing why one did not.
+    """
+    for target in targets:
+        try:
+            load_target(target)
+        except ImportTargetError as exc:
+            print(f"{command}: error: {exc}", file=sys.stderr)
+            return False
+    return True

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from nemo.lens.cli._imports import ImportTargetError, import_target, load_target
+from nemo.lens.cli._imports import import_target, load_targets
 from nemo.lens.cli._parser import EXIT_BAD_INPUT
 from nemo.lens.cli._table import render_markdown, render_table
 from nemo.lens.cli._weaver import render_weaver_registry
@@ -61,12 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Import the targets, then print the registered groups in the chosen format."""
-    for target in args.imports:
-        try:
-            load_target(target)
-        except ImportTargetError as exc:
-            print(f"lens metrics: error: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+    if not load_targets(args.imports, "lens metrics"):
+        return EXIT_BAD_INPUT
     groups = registered_metric_groups()
     if not groups:
         imported = ", ".join(args.imports)

@@ -10,11 +10,10 @@ from __future__ import annotations
 import importlib.metadata
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from nemo.lens.instruments import _registry
+from nemo.lens.testing import InMemoryMetrics, in_memory_metrics, reset_metric_registry
 
 
 def _distribution_installed(name: str) -> bool:
@@ -51,43 +50,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _isolated_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts and ends with an empty metric registry; with the shim installed,
     its once-per-process deprecation counts as already issued."""
-    _registry.clear()
+    reset_metric_registry()
     if SHIM_INSTALLED:
         import lens_compat_rl._record
 
         monkeypatch.setattr(lens_compat_rl._record, "_deprecation_pending", [])
     yield
-    _registry.clear()
-
-
-class Pipeline:
-    """A real SDK MeterProvider over an InMemoryMetricReader."""
-
-    def __init__(self) -> None:
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-
-        self.reader = InMemoryMetricReader()
-        self.provider = MeterProvider(metric_readers=[self.reader])
-        self.meter = self.provider.get_meter("lens-cross-package-tests")
-
-    def metrics(self) -> dict[str, Any]:
-        """Return series name -> SDK metric, from one collection (collect once per check:
-        older SDKs report a gauge only in the first collection after it was set)."""
-        data = self.reader.get_metrics_data()
-        if data is None:
-            return {}
-        return {
-            metric.name: metric
-            for resource_metrics in data.resource_metrics
-            for scope_metrics in resource_metrics.scope_metrics
-            for metric in scope_metrics.metrics
-        }
+    reset_metric_registry()
 
 
 @pytest.fixture
-def pipeline() -> Iterator[Pipeline]:
+def pipeline() -> Iterator[InMemoryMetrics]:
     """An in-memory metrics pipeline (needs opentelemetry-sdk), shut down after the test."""
-    built = Pipeline()
+    built = in_memory_metrics()
     yield built
-    built.provider.shutdown()
+    built.shutdown()

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from nemo.lens.testing import InMemoryMetrics, in_memory_metrics, reset_metric_registry
+
 
 def _shim_installed() -> bool:
     try:
@@ -42,54 +44,17 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
     return _ShimNotInstalled.from_parent(parent, path=module_path)
 
 
-class Collected(dict[str, Any]):
-    """One collection: series name -> SDK metric."""
-
-    def points(self, name: str) -> list[Any]:
-        """The data points of one series (empty when it does not exist)."""
-        metric = self.get(name)
-        return [] if metric is None else list(metric.data.data_points)
-
-
-class Pipeline:
-    """A real SDK MeterProvider over an InMemoryMetricReader.
-
-    Collect once per check: older SDKs report a gauge only in the first collection after
-    it was set.
-    """
-
-    def __init__(self) -> None:
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-
-        self.reader = InMemoryMetricReader()
-        self.provider = MeterProvider(metric_readers=[self.reader])
-        self.meter = self.provider.get_meter("lens-compat-rl-tests")
-
-    def collect(self) -> Collected:
-        """Collect every series once."""
-        data = self.reader.get_metrics_data()
-        collected = Collected()
-        if data is not None:
-            for resource_metrics in data.resource_metrics:
-                for scope_metrics in resource_metrics.scope_metrics:
-                    for metric in scope_metrics.metrics:
-                        collected[metric.name] = metric
-        return collected
-
-
 @pytest.fixture(autouse=True)
 def _isolated_shim(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts with an empty registry, the deprecation already issued and no
     failure memory; tests of the warning itself re-arm it with `armed_deprecation`."""
     import lens_compat_rl._record
-    from nemo.lens.instruments import _registry
 
-    _registry.clear()
+    reset_metric_registry()
     monkeypatch.setattr(lens_compat_rl._record, "_deprecation_pending", [])
     monkeypatch.setattr(lens_compat_rl._record, "_logged_failures", set())
     yield
-    _registry.clear()
+    reset_metric_registry()
 
 
 @pytest.fixture
@@ -101,8 +66,8 @@ def armed_deprecation(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def pipeline() -> Iterator[Pipeline]:
+def pipeline() -> Iterator[InMemoryMetrics]:
     """An in-memory metrics pipeline, shut down after the test."""
-    built = Pipeline()
+    built = in_memory_metrics()
     yield built
-    built.provider.shutdown()
+    built.shutdown()

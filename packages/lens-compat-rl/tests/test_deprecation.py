@@ -62,7 +62,7 @@ def test_values_are_recorded_even_when_the_warning_is_an_error(pipeline: Any) ->
             record_rl_metrics(pipeline.meter, policy_loss=0.5)
         record_rl_metrics(pipeline.meter, policy_loss=0.25)
 
-    assert pipeline.collect().points("rl.policy_loss")[0].value == 0.25
+    assert pipeline.points("rl.policy_loss")[0].value == 0.25
 
 
 @pytest.mark.usefixtures("armed_deprecation")
@@ -84,7 +84,7 @@ def test_concurrent_first_calls_warn_exactly_once(pipeline: Any) -> None:
             thread.join()
 
     assert len(_deprecations(caught)) == 1
-    assert len(pipeline.collect().points("rl.value_loss")) == 1
+    assert len(pipeline.points("rl.value_loss")) == 1
 
 
 def test_importing_is_quiet_and_registers_nothing() -> None:

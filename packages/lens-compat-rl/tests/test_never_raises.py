@@ -87,9 +87,8 @@ def test_a_failing_sdk_call_costs_only_its_own_field(pipeline: Any) -> None:
     )
     record_rl_metrics(FailingCreateMeter(pipeline.meter), grad_norm=1.0)
 
-    collected = pipeline.collect()
-    assert set(collected) == {"rl.value_loss"}
-    assert collected.points("rl.value_loss")[0].value == 0.25
+    assert pipeline.names() == {"rl.value_loss"}
+    assert pipeline.points("rl.value_loss")[0].value == 0.25
 
 
 def test_a_consumer_group_with_another_kind_still_never_raises(pipeline: Any) -> None:
@@ -99,7 +98,7 @@ def test_a_consumer_group_with_another_kind_still_never_raises(pipeline: Any) ->
     record_rl_metrics(pipeline.meter, policy_loss=-0.5)
     record_rl_metrics(pipeline.meter, policy_loss=0.5)
 
-    assert pipeline.collect().points("nemo_rl.policy_loss")[0].value == 0.5
+    assert pipeline.points("nemo_rl.policy_loss")[0].value == 0.5
 
 
 def test_an_unexpected_failure_is_swallowed_and_logged_once(
@@ -120,7 +119,7 @@ def test_an_unexpected_failure_is_swallowed_and_logged_once(
     shim_records = [r for r in caplog.records if r.name == "lens_compat_rl._record"]
     assert len(shim_records) == 1
     assert "RuntimeError" in shim_records[0].getMessage()
-    assert pipeline.collect() == {}
+    assert pipeline.names() == set()
 
 
 def test_keyboard_interrupt_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:

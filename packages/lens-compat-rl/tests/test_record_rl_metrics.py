@@ -46,7 +46,7 @@ def test_each_legacy_field_lands_on_its_series(
     record_rl_metrics(pipeline.meter, **{field: 42.5})
     record_rl_metrics(pipeline.meter, **{field: 7.5})
 
-    metrics = pipeline.collect()
+    metrics = pipeline.metrics()
     assert set(metrics) == {series}
     metric = metrics[series]
     assert isinstance(metric.data, data_type)
@@ -63,9 +63,8 @@ def test_positional_arguments_follow_the_legacy_order(pipeline: Any) -> None:
     values = [float(index + 1) for index in range(len(LEGACY_SERIES))]
     record_rl_metrics(pipeline.meter, *values)
 
-    collected = pipeline.collect()
     for (_field, series, data_type, _unit), value in zip(LEGACY_SERIES, values, strict=True):
-        (point,) = collected.points(series)
+        (point,) = pipeline.points(series)
         recorded = point.value if data_type is Gauge else point.sum
         assert recorded == value, series
 
@@ -74,7 +73,7 @@ def test_none_values_are_skipped_without_creating_series(pipeline: Any) -> None:
     """Fields left at None record nothing and create no instrument."""
     record_rl_metrics(pipeline.meter, reward_mean=0.25)
 
-    assert set(pipeline.collect()) == {"rl.reward.mean"}
+    assert pipeline.names() == {"rl.reward.mean"}
 
 
 def test_import_registers_nothing_and_the_first_call_registers_the_legacy_group(
@@ -112,7 +111,7 @@ def test_consumer_group_wins_and_undeclared_fields_warn_once_each(
             entropy=2.0,
         )
 
-    metrics = pipeline.collect()
+    metrics = pipeline.metrics()
     assert set(metrics) == {"nemo_rl.reward", "nemo_rl.generation.time"}
     assert metrics["nemo_rl.reward"].data.data_points[0].value == 0.9
     assert metrics["nemo_rl.generation.time"].data.data_points[0].count == 3
@@ -134,9 +133,8 @@ def test_consumer_replacing_the_shim_group_needs_allow_override(pipeline: Any) -
     register_metric_group("rl", consumer_specs, allow_override=True)
     record_rl_metrics(pipeline.meter, reward_mean=0.2)
 
-    collected = pipeline.collect()
-    assert collected.points("nemo_rl.reward")[0].value == 0.2
-    assert collected.points("rl.reward.mean")[0].value == 0.1
+    assert pipeline.points("nemo_rl.reward")[0].value == 0.2
+    assert pipeline.points("rl.reward.mean")[0].value == 0.1
 
 
 def test_an_unregistered_group_is_registered_again_on_the_next_call(pipeline: Any) -> None:
@@ -148,9 +146,8 @@ def test_an_unregistered_group_is_registered_again_on_the_next_call(pipeline: An
     record_rl_metrics(pipeline.meter, grad_norm=4.0)
 
     assert registered_metric_groups()["rl"] == LEGACY_RL_SPECS
-    collected = pipeline.collect()
-    assert collected.points("rl.grad_norm")[0].value == 4.0
-    assert collected.points("nemo_rl.grad_norm")[0].value == 3.0
+    assert pipeline.points("rl.grad_norm")[0].value == 4.0
+    assert pipeline.points("nemo_rl.grad_norm")[0].value == 3.0
 
 
 def test_shim_and_record_metrics_share_the_legacy_series(pipeline: Any) -> None:
@@ -159,7 +156,7 @@ def test_shim_and_record_metrics_share_the_legacy_series(pipeline: Any) -> None:
     record_rl_metrics(pipeline.meter, rollout_duration_ms=100.0)
     record_metrics(pipeline.meter, "rl", rollout_duration_ms=300.0)
 
-    (point,) = pipeline.collect().points("rl.rollout.duration_ms")
+    (point,) = pipeline.points("rl.rollout.duration_ms")
     assert (point.count, point.sum) == (2, 400.0)
 
 
@@ -167,9 +164,8 @@ def test_integers_are_accepted_like_the_legacy_call(pipeline: Any) -> None:
     """Legacy callers pass ints (token counts, milliseconds); they record as numbers."""
     record_rl_metrics(pipeline.meter, response_length_mean=512, rollout_duration_ms=40)
 
-    collected = pipeline.collect()
-    assert collected.points("rl.response_length.mean")[0].value == 512
-    assert collected.points("rl.rollout.duration_ms")[0].sum == 40
+    assert pipeline.points("rl.response_length.mean")[0].value == 512
+    assert pipeline.points("rl.rollout.duration_ms")[0].sum == 40
 
 
 def test_noop_meter_records_nothing_and_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:

@@ -70,9 +70,15 @@ def test_any_values_never_raise(pipeline: Any, values: dict[str, object]) -> Non
     [None, object(), "meter", 42, ExplodingMeter()],
     ids=["none", "object", "str", "int", "exploding"],
 )
-def test_unusable_meters_never_raise(meter: object) -> None:
-    """Something that is not a meter is skipped with a warning, never an exception."""
+def test_unusable_meters_never_raise(meter: object, caplog: pytest.LogCaptureFixture) -> None:
+    """Something that is not a meter is skipped with one warning, never an exception."""
+    caplog.set_level(logging.WARNING)
+
     record_rl_metrics(meter, reward_mean=1.0, generation_duration_ms=2.0)
+
+    (warning,) = caplog.records
+    assert warning.name.startswith("nemo.lens")
+    assert f"of type {type(meter).__name__} cannot be used as a meter" in warning.getMessage()
 
 
 def test_a_failing_sdk_call_costs_only_its_own_field(pipeline: Any) -> None:

@@ -44,7 +44,7 @@ exit status: 0 all well; 1 a problem was found (each is printed with what to do)
 """
 
 _EXPORTERS: Final = ("otlp", "console", "prometheus")
-_CORE_DISTRIBUTIONS: Final = ("lens-core", "opentelemetry-api", "opentelemetry-sdk")
+_OTEL_DISTRIBUTIONS: Final = ("opentelemetry-api", "opentelemetry-sdk")
 # What each exporter needs importable on an exporting process, and the extra that ships it.
 _EXPORTER_MODULES: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "otlp": (
@@ -147,7 +147,7 @@ def _versions(report: Report) -> None:
     report.info(
         "lens-core", f"{_installed_version('lens-core')} (nemo.lens {__version__} in {location})"
     )
-    for distribution in _CORE_DISTRIBUTIONS[1:]:
+    for distribution in _OTEL_DISTRIBUTIONS:
         report.info(distribution, _installed_version(distribution))
     exporters = _exporter_distributions()
     if not exporters:

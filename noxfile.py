@@ -346,15 +346,21 @@ def run_typecheck(session: nox.Session) -> None:
     session.run("mypy", "packages/lens-core/src", "packages/lens-compat-rl/src")
 
 
+def wheel_files(wheel: pathlib.Path) -> list[str]:
+    """The paths inside `wheel`."""
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.namelist()
+
+
 def check_wheel_contents(out_dir: pathlib.Path) -> None:
     """No wheel owns the `nemo` namespace; the shim's wheel writes nothing under `nemo/`."""
     for wheel in sorted(out_dir.glob("*.whl")):
-        names = zipfile.ZipFile(wheel).namelist()
+        names = wheel_files(wheel)
         if "nemo/__init__.py" in names:
             raise RuntimeError(f"{wheel.name} contains nemo/__init__.py (nemo is a namespace)")
         print(f"{wheel.name}: {len(names)} files, no nemo/__init__.py")
-    core = zipfile.ZipFile(wheel_of(out_dir, "lens-core")).namelist()
-    shim = zipfile.ZipFile(wheel_of(out_dir, "lens-compat-rl")).namelist()
+    core = wheel_files(wheel_of(out_dir, "lens-core"))
+    shim = wheel_files(wheel_of(out_dir, "lens-compat-rl"))
     problems = [
         *(f"lens-compat-rl writes {name}" for name in shim if name.startswith("nemo/")),
         *(f"lens-core ships {name}" for name in core if name.endswith("instruments/rl.py")),

@@ -179,6 +179,19 @@ def bench(session: nox.Session) -> None:
 # --- helpers ------------------------------------------------------------------------------
 
 
+def uv_binary() -> str:
+    """uv as nox finds it: on PATH, else the binary the `uv` package installed beside nox
+    ships (a fresh `pip install nox uv` need not put it on PATH, e.g. under pyenv)."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return "uv"
+    return find_uv_bin()
+
+
 def show_versions(session: nox.Session) -> None:
     """Print the interpreter and the installed opentelemetry-* and lens-* versions."""
     session.log("interpreter and OpenTelemetry versions:")
@@ -235,7 +248,7 @@ def built_distributions(session: nox.Session, *, sdists: bool) -> Iterator[pathl
         for package in (CORE, COMPAT):
             if session.venv_backend == "uv":
                 session.run(
-                    "uv", "build", "-q", *kinds, "--out-dir", str(out_dir), str(package),
+                    uv_binary(), "build", "-q", *kinds, "--out-dir", str(out_dir), str(package),
                     external=True,
                 )  # fmt: skip
             else:
@@ -302,7 +315,7 @@ def run_minimum_dependency_tests(session: nox.Session) -> None:
     session.install("-e", f"{CORE}[all]", *pins, *group("test"))
     show_versions(session)
     if session.venv_backend == "uv":
-        session.run("uv", "pip", "check", external=True)
+        session.run(uv_binary(), "pip", "check", external=True)
     else:
         session.run("python", "-m", "pip", "check")
     session.run(

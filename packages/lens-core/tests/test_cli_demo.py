@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import socket
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from lens_cli import clean_env, run_lens
 
 from nemo.lens.cli._simulate import RL_SPECS, simulate
 
@@ -27,28 +27,9 @@ RL_NAMES = {spec.name for spec in RL_SPECS}
 DEADLINE_S = 60.0
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The test environment without lens or OpenTelemetry settings, plus `extra`."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("NEMO_LENS_", "OTEL_"))
-    }
-    env.update(extra)
-    return env
-
-
 def lens(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run `python -m nemo.lens.cli ARGS` to completion."""
-    return subprocess.run(
-        [sys.executable, "-m", "nemo.lens.cli", *args],
-        capture_output=True,
-        text=True,
-        env=clean_env(**env),
-        cwd=cwd,
-        timeout=DEADLINE_S * 2,
-        check=False,
-    )
+    """Run `python -m nemo.lens.cli ARGS` to completion, with `env` added."""
+    return run_lens(*args, cwd=cwd, env=clean_env(env), timeout=DEADLINE_S * 2)
 
 
 class RunningDemo:

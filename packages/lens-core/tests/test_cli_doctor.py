@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from lens_cli import clean_env, run_lens
 
 from nemo.lens.cli._endpoints import otlp_targets, prometheus_address
 
@@ -19,22 +18,11 @@ def doctor(
     *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None, **more_env: str
 ) -> subprocess.CompletedProcess[str]:
     """Run `lens doctor ARGS` with only `env` and `more_env` as lens/OpenTelemetry settings."""
-    clean = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("NEMO_LENS_", "OTEL_", "MY_OTEL_"))
-    }
-    clean.update(env or {})
-    clean.update(more_env)
-    return subprocess.run(
-        [sys.executable, "-m", "nemo.lens.cli", "doctor", "--timeout", "5", *args],
-        capture_output=True,
-        text=True,
-        env=clean,
-        cwd=cwd,
-        timeout=120,
-        check=False,
-    )
+    settings = {**(env or {}), **more_env}
+    return run_lens(
+        "doctor", "--timeout", "5", *args,
+        cwd=cwd, env=clean_env(settings, also_strip=("MY_OTEL_",)),
+    )  # fmt: skip
 
 
 @pytest.fixture

@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from lens_cli import run_lens as lens
 
 from nemo.lens.cli import main
 
 COMMANDS = ("demo", "doctor", "metrics")
-
-
-def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `python -m nemo.lens.cli ARGS` in a clean environment."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("NEMO_LENS_", "OTEL_"))
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "nemo.lens.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=60,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize("command", COMMANDS)

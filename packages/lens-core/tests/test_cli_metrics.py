@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +10,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from hypothesis import given
 from hypothesis import strategies as st
+from lens_cli import run_lens as lens
 
 from nemo.lens.cli._weaver import INSTRUMENT_BY_KIND, render_weaver_registry, yaml_quote
 from nemo.lens.instruments import MetricSpec
@@ -46,24 +45,6 @@ register_metric_group("trainer: #1", {TRAINER_SPECS!r})
 def declare_rollouts():
     register_metric_group("rollouts", {ROLLOUT_SPECS!r})
 """
-
-
-def lens(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run `python -m nemo.lens.cli ARGS` in `cwd` with a clean environment."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("NEMO_LENS_", "OTEL_"))
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "nemo.lens.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=60,
-        check=False,
-    )
 
 
 @pytest.fixture

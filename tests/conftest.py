@@ -13,7 +13,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from nemo.lens.testing import InMemoryMetrics, in_memory_metrics, reset_metric_registry
+from nemo.lens.testing import (
+    InMemoryMetrics,
+    in_memory_metrics,
+    reset_metric_registry,
+    reset_warning_memory,
+)
 
 
 def _distribution_installed(name: str) -> bool:
@@ -47,16 +52,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _isolated_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _isolated_registry() -> Iterator[None]:
     """Each test starts and ends with an empty metric registry; with the shim installed,
     its once-per-process deprecation counts as already issued."""
     reset_metric_registry()
+    reset_warning_memory()
     if SHIM_INSTALLED:
         import lens_compat_rl._record
 
-        monkeypatch.setattr(lens_compat_rl._record, "_deprecation_pending", [])
+        lens_compat_rl._record._once.first(lens_compat_rl._record._DEPRECATION)  # as issued
     yield
     reset_metric_registry()
+    reset_warning_memory()
 
 
 @pytest.fixture

@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-from nemo.lens.testing import InMemoryMetrics, in_memory_metrics, reset_metric_registry
+from nemo.lens.testing import (
+    InMemoryMetrics,
+    in_memory_metrics,
+    reset_metric_registry,
+    reset_warning_memory,
+)
 
 
 def _shim_installed() -> bool:
@@ -45,24 +50,25 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
 
 
 @pytest.fixture(autouse=True)
-def _isolated_shim(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _isolated_shim() -> Iterator[None]:
     """Each test starts with an empty registry, the deprecation already issued and no
     failure memory; tests of the warning itself re-arm it with `armed_deprecation`."""
     import lens_compat_rl._record
 
     reset_metric_registry()
-    monkeypatch.setattr(lens_compat_rl._record, "_deprecation_pending", [])
-    monkeypatch.setattr(lens_compat_rl._record, "_logged_failures", set())
+    reset_warning_memory()
+    lens_compat_rl._record._once.first(lens_compat_rl._record._DEPRECATION)  # as issued
     yield
     reset_metric_registry()
+    reset_warning_memory()
 
 
 @pytest.fixture
-def armed_deprecation(monkeypatch: pytest.MonkeyPatch) -> None:
+def armed_deprecation() -> None:
     """Make the next record_rl_metrics call behave as the first one in the process."""
     import lens_compat_rl._record
 
-    monkeypatch.setattr(lens_compat_rl._record, "_deprecation_pending", [True])
+    lens_compat_rl._record._once.clear()
 
 
 @pytest.fixture

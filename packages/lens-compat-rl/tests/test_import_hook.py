@@ -31,7 +31,7 @@ def test_legacy_module_comes_from_lens_compat_rl() -> None:
     assert legacy.__spec__ is not None
     assert legacy.__spec__.origin is not None
     assert pathlib.Path(legacy.__spec__.origin).parent == shim_directory
-    assert nemo.lens.instruments.rl is legacy  # type: ignore[attr-defined]
+    assert nemo.lens.instruments.rl is legacy
     assert legacy.__all__ == ["record_rl_metrics"]
     for directory in nemo.lens.instruments.__path__:
         assert not (pathlib.Path(directory) / "rl.py").exists()
@@ -64,7 +64,7 @@ def test_installing_again_adds_no_second_finder() -> None:
     _lens_compat_rl_hook.install()
 
     assert len(_hook_finders()) == 1
-    assert sys.meta_path.index(_hook_finders()[0]) > sys.meta_path.index(PathFinder)
+    assert sys.meta_path.index(_hook_finders()[0]) > sys.meta_path.index(PathFinder)  # type: ignore[arg-type]  # an entry of sys.meta_path
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_without_the_shim_file_the_import_fails_as_module_not_found(
 ) -> None:
     """If lens_compat_rl cannot provide the module, the import fails the normal way."""
     monkeypatch.delitem(sys.modules, "nemo.lens.instruments.rl", raising=False)
-    monkeypatch.setattr(_lens_compat_rl_hook, "_SHIM_FILE", "missing_module.py")
+    monkeypatch.setattr(_lens_compat_rl_hook, "_SHIM_MODULE", "missing_module")
 
     assert importlib.util.find_spec("nemo.lens.instruments.rl") is None
     with pytest.raises(ModuleNotFoundError) as raised:

@@ -62,7 +62,7 @@ class FailingCreateMeter:
 def test_any_values_never_raise(pipeline: Any, values: dict[str, object]) -> None:
     """Whatever the values, including bools, NaN, huge ints and non-numbers, no exception
     reaches the caller."""
-    record_rl_metrics(pipeline.meter, **values)
+    record_rl_metrics(pipeline.meter, **values)  # type: ignore[arg-type]  # any value, on purpose
 
 
 @pytest.mark.parametrize(
@@ -88,8 +88,8 @@ def test_a_failing_sdk_call_costs_only_its_own_field(pipeline: Any) -> None:
         reward_mean=float("nan"),
         kl_divergence=True,
         rollout_duration_ms=-5.0,
-        entropy=decimal.Decimal("1.5"),  # not a numbers.Real
-        value_loss=fractions.Fraction(1, 4),
+        entropy=decimal.Decimal("1.5"),  # type: ignore[arg-type]  # not a numbers.Real
+        value_loss=fractions.Fraction(1, 4),  # type: ignore[arg-type]  # deliberately wrong
     )
     record_rl_metrics(FailingCreateMeter(pipeline.meter), grad_norm=1.0)
 

@@ -40,7 +40,7 @@ LEGACY_SERIES = [
     ids=[row[0] for row in LEGACY_SERIES],
 )
 def test_each_legacy_field_lands_on_its_series(
-    pipeline: Any, field: str, series: str, data_type: type, unit: str
+    pipeline: Any, field: str, series: str, data_type: type[Any], unit: str
 ) -> None:
     """A legacy keyword creates exactly its legacy series, with the legacy kind and unit."""
     record_rl_metrics(pipeline.meter, **{field: 42.5})

@@ -6,15 +6,22 @@ from collections.abc import Iterator
 
 import pytest
 
-from nemo.lens.testing import InMemoryMetrics, in_memory_metrics, reset_metric_registry
+from nemo.lens.testing import (
+    InMemoryMetrics,
+    in_memory_metrics,
+    reset_metric_registry,
+    reset_warning_memory,
+)
 
 
 @pytest.fixture(autouse=True)
 def _fresh_metric_registry() -> Iterator[None]:
     """Every test starts and ends with an empty metric registry and no warning memory."""
     reset_metric_registry()
+    reset_warning_memory()
     yield
     reset_metric_registry()
+    reset_warning_memory()
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 import pytest
 from lens_cli import clean_env, run_lens
 
-from nemo.lens.cli._simulate import RL_SPECS, simulate
+from nemo.lens.cli._demo import DEMO_SPECS, simulate
 
-RL_NAMES = {spec.name for spec in RL_SPECS}
+DEMO_NAMES = {spec.name for spec in DEMO_SPECS}
 # Generous bounds for a loaded two-core machine; they only stop a hung test.
 DEADLINE_S = 60.0
 
@@ -129,20 +129,20 @@ def free_port() -> int:
 
 
 def test_console_demo_writes_the_rl_series_as_json_lines(tmp_path: Path) -> None:
-    """`lens demo --steps 5` writes parseable JSON lines holding every rl.* series."""
+    """`lens demo --steps 5` writes parseable JSON lines holding every lens_demo.* series."""
     result = lens("demo", "--steps", "5", "--interval", "0", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = tmp_path / "lens-demo.jsonl"
     assert f"writing spans and metrics as JSON lines to {out}" in result.stdout
     documents = read_json_lines(out)
     points = metric_points(documents)
-    assert set(points) >= RL_NAMES
+    assert set(points) >= DEMO_NAMES
     steps = list(simulate(5))
     # Gauges keep the last step's value; the counter sums every step.
-    assert points["rl.reward.mean"][0]["value"] == pytest.approx(steps[-1].reward_mean)
+    assert points["lens_demo.reward.mean"][0]["value"] == pytest.approx(steps[-1].reward_mean)
     total = sum(step.tokens_generated for step in steps)
-    assert points["rl.tokens.generated"][0]["value"] == total
-    histogram = points["rl.generation.duration"][0]
+    assert points["lens_demo.tokens.generated"][0]["value"] == total
+    histogram = points["lens_demo.generation.duration"][0]
     assert histogram["count"] == sum(len(step.generation_durations_ms) for step in steps)
 
 
@@ -170,7 +170,7 @@ def test_demo_prints_plain_lines_when_stdout_is_not_a_terminal(tmp_path: Path) -
     assert "\x1b" not in result.stdout
     step_lines = [line for line in result.stdout.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in step_lines] == ["1/4", "2/4", "3/4", "4/4"]
-    assert "rl.reward.mean=" in step_lines[-1]
+    assert "lens_demo.reward.mean=" in step_lines[-1]
     assert "lens demo: finished 4 steps; telemetry flushed" in result.stdout
 
 
@@ -188,14 +188,14 @@ def test_ctrl_c_flushes_complete_lines_and_exits_130(
     assert "Traceback" not in stderr
     documents = read_json_lines(out)
     assert [span["name"] for span in spans(documents)].count("rl.job") == 1
-    assert set(metric_points(documents)) >= RL_NAMES
+    assert set(metric_points(documents)) >= DEMO_NAMES
 
 
 @pytest.mark.e2e
 def test_prometheus_endpoint_serves_the_rl_series_during_the_run(
     tmp_path: Path, running_demos: list[RunningDemo]
 ) -> None:
-    """With --exporter prometheus, a scrape during the run shows every rl.* series."""
+    """With --exporter prometheus, a scrape during the run shows every lens_demo.* series."""
     port = free_port()
     demo = RunningDemo(
         "--exporter", "prometheus", "--port", str(port), "--steps", "100000",
@@ -208,7 +208,7 @@ def test_prometheus_endpoint_serves_the_rl_series_during_the_run(
     with urllib.request.urlopen(url, timeout=DEADLINE_S) as response:
         body = response.read().decode("utf-8")
     samples = [line for line in body.splitlines() if line and not line.startswith("#")]
-    for name in RL_NAMES:
+    for name in DEMO_NAMES:
         # Prometheus spells dots as underscores and may append a unit or _total suffix.
         assert any(line.startswith(name.replace(".", "_")) for line in samples), name
     status, _, stderr = demo.interrupt()
@@ -234,7 +234,7 @@ class _OtlpReceiver(BaseHTTPRequestHandler):
 
 @pytest.mark.e2e
 def test_otlp_exporter_sends_spans_and_rl_series_to_a_collector(tmp_path: Path) -> None:
-    """With --exporter otlp over HTTP, a real receiver gets the spans and every rl.* series."""
+    """With --exporter otlp over HTTP, a real receiver gets the spans and every demo series."""
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
         ExportMetricsServiceRequest,
@@ -266,7 +266,7 @@ def test_otlp_exporter_sends_spans_and_rl_series_to_a_collector(tmp_path: Path) 
         for resource_metrics in request.resource_metrics:
             for scope_metrics in resource_metrics.scope_metrics:
                 metric_names.update(metric.name for metric in scope_metrics.metrics)
-    assert metric_names >= RL_NAMES
+    assert metric_names >= DEMO_NAMES
     span_names: list[str] = []
     for body in Receiver.bodies["/v1/traces"]:
         request = ExportTraceServiceRequest.FromString(body)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from lens_cli import clean_env, run_lens
 
-from nemo.lens.cli._endpoints import otlp_targets, prometheus_address
+from nemo.lens._otel_env import otlp_targets, prometheus_address
 
 
 def doctor(
@@ -180,7 +181,7 @@ def test_a_taken_prometheus_port_fails(listening_port: int) -> None:
         ),
         (
             {"NEMO_LENS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "http"},
-            "OTEL_EXPORTER_PROMETHEUS_PORT='http' is not accepted",
+            "Invalid value for OTEL_EXPORTER_PROMETHEUS_PORT: 'http'",
         ),
         (
             {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://:4317"},
@@ -254,7 +255,7 @@ def test_otlp_targets_follow_the_exporter_rules() -> None:
     """Protocol and endpoint resolve per signal, with the OTLP defaults per transport."""
     assert [
         (target.signals, target.protocol, target.host, target.port)
-        for target in otlp_targets({}, ("traces", "metrics"))
+        for target in otlp_targets(("traces", "metrics"), {})
     ] == [(("traces", "metrics"), "grpc", "localhost", 4317)]
     environ = {
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
@@ -263,12 +264,12 @@ def test_otlp_targets_follow_the_exporter_rules() -> None:
     }
     assert [
         (target.signals, target.protocol, target.host, target.port)
-        for target in otlp_targets(environ, ("traces", "metrics"))
+        for target in otlp_targets(("traces", "metrics"), environ)
     ] == [
         (("traces",), "http/protobuf", "localhost", 4318),
         (("metrics",), "grpc", "collector", 4317),
     ]
-    (https,) = otlp_targets({"OTEL_EXPORTER_OTLP_ENDPOINT": "https://otel.example"}, ("traces",))
+    (https,) = otlp_targets(("traces",), {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://otel.example"})
     assert https.port == 443
 
 
@@ -278,3 +279,23 @@ def test_prometheus_address_defaults_and_overrides() -> None:
     assert prometheus_address(
         {"OTEL_EXPORTER_PROMETHEUS_HOST": "::1", "OTEL_EXPORTER_PROMETHEUS_PORT": " 9000 "}
     ) == ("::1", 9000)
+
+
+def test_endpoint_check_follows_the_transport_setup_falls_back_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With http/protobuf asked for but only gRPC installed, the gRPC port (4317) is checked."""
+    from nemo.lens.cli import _doctor
+    from nemo.lens.config import NemoLensConfig
+
+    for signal in ("trace", "metric"):
+        monkeypatch.setitem(
+            sys.modules, f"opentelemetry.exporter.otlp.proto.http.{signal}_exporter", None
+        )
+    report = _doctor.Report()
+    config = NemoLensConfig(enabled=True, exporter="otlp")
+    environ = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
+    _doctor._check_endpoint(report, config, environ, timeout=0.2)
+    (line,) = [line for line in report.lines if "OTLP" in line]
+    assert "endpoint http://localhost:4317 (traces, metrics)" in line
+    assert "sent over grpc" in line

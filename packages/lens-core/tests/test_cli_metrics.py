@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lens_cli import run_lens as lens
 
-from nemo.lens.cli._weaver import INSTRUMENT_BY_KIND, render_weaver_registry, yaml_quote
+from nemo.lens.cli._metrics import INSTRUMENT_BY_KIND, render_weaver_registry, yaml_quote
 from nemo.lens.instruments import MetricSpec
 
 KIND_BY_INSTRUMENT = {instrument: kind for kind, instrument in INSTRUMENT_BY_KIND.items()}
@@ -201,12 +201,13 @@ def test_nothing_registered_exits_1(project: Path) -> None:
 def test_the_demo_declaration_can_be_listed(tmp_path: Path) -> None:
     """The demo's own `rl` group lists through its declaring function."""
     result = lens(
-        "metrics", "--import", "nemo.lens.cli._simulate:declare_rl_metrics", "--format", "yaml",
+        "metrics", "--import", "nemo.lens.cli._demo:declare_demo_metrics", "--format", "yaml",
         cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     names = {entry["metric_name"] for entry in yaml.safe_load(result.stdout)["groups"]}
-    assert {"rl.reward.mean", "rl.kl_divergence", "rl.generation.duration"} <= names
+    expected = {"lens_demo.reward.mean", "lens_demo.kl_divergence", "lens_demo.generation.duration"}
+    assert expected <= names
 
 
 def test_an_empty_registry_renders_as_an_empty_list() -> None:

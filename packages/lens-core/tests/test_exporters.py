@@ -15,13 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from nemo.lens import MetricSpec, NemoLensConfig, record_metrics, register_metric_group
 from nemo.lens import setup_telemetry as lens_setup
-from nemo.lens._exporters import (
-    build_metric_reader,
-    build_span_exporter,
-    metric_export_interval_ms,
-    otlp_protocol,
-    prometheus_address,
-)
+from nemo.lens._otel_env import metric_export_interval_ms, otlp_protocol, prometheus_address
+from nemo.lens._sdk._exporters import build_metric_reader, build_span_exporter
 from nemo.lens.testing import isolated_telemetry
 
 PROTOCOL_ENV = (
@@ -76,7 +71,7 @@ def test_otlp_falls_back_to_the_other_transport_with_a_warning(
 ) -> None:
     """When the preferred transport is not installed, the other is used and a warning says so."""
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", None)
-    caplog.set_level(logging.WARNING, logger="nemo.lens._exporters")
+    caplog.set_level(logging.WARNING, logger="nemo.lens._sdk._exporters")
     exporter = build_span_exporter("otlp")
     assert exporter is not None
     assert type(exporter).__module__.startswith("opentelemetry.exporter.otlp.proto.http")

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lens_spans import reset_span_state
 
 from nemo.lens import fallbacks as fallbacks_module
 from nemo.lens import helpers, set_enabled_span_groups, state
+from nemo.lens.testing import reset_span_state
 
 # The fallbacks are unannotated on purpose; the tests call them as untyped code would.
 fallbacks: Any = fallbacks_module
@@ -35,9 +35,9 @@ REAL: dict[str, Callable[..., Any]] = {
 
 @pytest.fixture(autouse=True)
 def _fresh_span_state() -> Iterator[None]:
-    reset_span_state()
+    reset_span_state(clear_registry=True)
     yield
-    reset_span_state()
+    reset_span_state(clear_registry=True)
 
 
 def test_public_surface_is_exactly_the_five() -> None:

@@ -32,7 +32,7 @@ from nemo.lens import (
     register_metric_group,
     setup_telemetry,
 )
-from nemo.lens._prometheus_server import _live_endpoints
+from nemo.lens._sdk._prometheus import _live_endpoints
 from nemo.lens.testing import isolated_telemetry
 
 pytestmark = [

@@ -9,11 +9,11 @@ from typing import ClassVar
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lens_spans import reset_span_state
 
 from nemo.lens import SpanGroup, SpanRegistry, set_enabled_span_groups
 from nemo.lens.groups import strict_resolver_for
 from nemo.lens.state import enabled_span_groups, pending_span_groups, set_span_group_spec
+from nemo.lens.testing import reset_span_state
 
 BASE = {
     "job",
@@ -29,9 +29,9 @@ BASE = {
 
 @pytest.fixture(autouse=True)
 def _fresh_span_state() -> Iterator[None]:
-    reset_span_state()
+    reset_span_state(clear_registry=True)
     yield
-    reset_span_state()
+    reset_span_state(clear_registry=True)
 
 
 class MegatronSpanGroup(SpanGroup):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lens_spans import SpanPipeline, global_tracer_provider, reset_span_state
+from lens_spans import one
 
 import nemo.lens
 import nemo.lens.helpers
@@ -25,6 +25,7 @@ from nemo.lens import (
     span_cm,
     trace_fn,
 )
+from nemo.lens.testing import InMemorySpans, in_memory_spans, reset_otel_globals, reset_span_state
 
 pytest.importorskip("opentelemetry.sdk.trace")
 
@@ -34,14 +35,14 @@ from opentelemetry.trace import StatusCode
 
 @pytest.fixture(autouse=True)
 def _fresh_span_state() -> Iterator[None]:
-    reset_span_state()
+    reset_span_state(clear_registry=True)
     yield
-    reset_span_state()
+    reset_span_state(clear_registry=True)
 
 
 @pytest.fixture
-def spans() -> Iterator[SpanPipeline]:
-    pipeline = SpanPipeline()
+def spans() -> Iterator[InMemorySpans]:
+    pipeline = in_memory_spans()
     yield pipeline
     pipeline.provider.shutdown()
 
@@ -63,7 +64,7 @@ class RecordingGetTracer:
 
 
 @pytest.fixture
-def get_tracer_calls(monkeypatch: pytest.MonkeyPatch, spans: SpanPipeline) -> RecordingGetTracer:
+def get_tracer_calls(monkeypatch: pytest.MonkeyPatch, spans: InMemorySpans) -> RecordingGetTracer:
     """Consumer shape: `monkeypatch.setattr(nemo.lens.helpers.trace, "get_tracer", ...)`."""
     recorder = RecordingGetTracer(spans.tracer)
     monkeypatch.setattr(nemo.lens.helpers.trace, "get_tracer", recorder)
@@ -117,7 +118,7 @@ def test_redact_value_matches_exactly_and_case_sensitively() -> None:
 # --- safe_set_span_attributes ---------------------------------------------------------------
 
 
-def test_sets_what_otel_can_carry_and_drops_the_rest(spans: SpanPipeline) -> None:
+def test_sets_what_otel_can_carry_and_drops_the_rest(spans: InMemorySpans) -> None:
     """Scalars and one-type sequences are set (as lists); None, mixes, dicts and objects not."""
     with spans.tracer.start_as_current_span("s") as span:
         safe_set_span_attributes(
@@ -141,7 +142,7 @@ def test_sets_what_otel_can_carry_and_drops_the_rest(spans: SpanPipeline) -> Non
                 3: "int key",  # type: ignore[dict-item]
             },
         )
-    assert dict(spans.one("s").attributes) == {
+    assert dict(one(spans, "s").attributes) == {
         "i": 1,
         "f": 0.5,
         "b": True,
@@ -153,14 +154,14 @@ def test_sets_what_otel_can_carry_and_drops_the_rest(spans: SpanPipeline) -> Non
     }
 
 
-def test_redacts_listed_keys_whatever_the_value_type(spans: SpanPipeline) -> None:
+def test_redacts_listed_keys_whatever_the_value_type(spans: InMemorySpans) -> None:
     """A listed key is redacted even for numbers and sequences; None values stay skipped."""
     with spans.tracer.start_as_current_span("s") as span:
         safe_set_span_attributes(
             span,
             {"token": ["a", "b"], "key": 42, "prompt": "tell me", "secret": None, "model": "m"},
         )
-    assert dict(spans.one("s").attributes) == {
+    assert dict(one(spans, "s").attributes) == {
         "token": "[REDACTED]",
         "key": "[REDACTED]",
         "prompt": "[REDACTED]",
@@ -169,15 +170,15 @@ def test_redacts_listed_keys_whatever_the_value_type(spans: SpanPipeline) -> Non
 
 
 def test_redact_keys_none_means_the_defaults_and_a_set_replaces_them(
-    spans: SpanPipeline,
+    spans: InMemorySpans,
 ) -> None:
     """`redact_keys=None` uses DEFAULT_REDACT_KEYS; an explicit set is used instead."""
     with spans.tracer.start_as_current_span("default") as span:
         safe_set_span_attributes(span, {"password": "p", "api": "a"}, redact_keys=None)
     with spans.tracer.start_as_current_span("custom") as span:
         safe_set_span_attributes(span, {"password": "p", "api": "a"}, frozenset({"api"}))
-    assert dict(spans.one("default").attributes) == {"password": "[REDACTED]", "api": "a"}
-    assert dict(spans.one("custom").attributes) == {"password": "p", "api": "[REDACTED]"}
+    assert dict(one(spans, "default").attributes) == {"password": "[REDACTED]", "api": "a"}
+    assert dict(one(spans, "custom").attributes) == {"password": "p", "api": "[REDACTED]"}
 
 
 def test_none_and_non_recording_spans_return_at_once() -> None:
@@ -191,16 +192,16 @@ def test_none_and_non_recording_spans_return_at_once() -> None:
     safe_set_span_attributes(trace.INVALID_SPAN, Exploding())  # type: ignore[arg-type]
 
 
-def test_current_span_shape(spans: SpanPipeline) -> None:
+def test_current_span_shape(spans: InMemorySpans) -> None:
     """Consumer shape: `safe_set_span_attributes(trace.get_current_span(), {...})`."""
     safe_set_span_attributes(trace.get_current_span(), {"outside": 1})
     with spans.tracer.start_as_current_span("s"):
         safe_set_span_attributes(trace.get_current_span(), {"dl.iteration": 7})
-    assert dict(spans.one("s").attributes) == {"dl.iteration": 7}
+    assert dict(one(spans, "s").attributes) == {"dl.iteration": 7}
 
 
 def test_never_raises_and_logs_a_failure_once(
-    spans: SpanPipeline, caplog: pytest.LogCaptureFixture
+    spans: InMemorySpans, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A span whose set_attributes raises costs a single warning, never an exception."""
 
@@ -233,10 +234,10 @@ values = st.one_of(
 @given(st.dictionaries(st.one_of(st.text(), st.integers()), values, max_size=6))
 def test_any_attributes_never_raise(attributes: dict[Any, Any]) -> None:
     """Whatever the mapping holds, the call returns and only carriable values arrive."""
-    pipeline = SpanPipeline()
+    pipeline = in_memory_spans()
     with pipeline.tracer.start_as_current_span("s") as span:
         safe_set_span_attributes(span, attributes)
-    for key, value in pipeline.one("s").attributes.items():
+    for key, value in one(pipeline, "s").attributes.items():
         assert isinstance(key, str)
         assert key in attributes
         assert isinstance(value, (bool, int, float, str, tuple))
@@ -247,7 +248,7 @@ def test_any_attributes_never_raise(attributes: dict[Any, Any]) -> None:
 
 
 def test_disabled_yields_none_runs_the_body_and_records_nothing(
-    spans: SpanPipeline, get_tracer_calls: RecordingGetTracer
+    spans: InMemorySpans, get_tracer_calls: RecordingGetTracer
 ) -> None:
     """With the group off the body runs, `as` gets None, no tracer is looked up."""
     ran = []
@@ -282,7 +283,7 @@ def test_gate_is_checked_before_anything_else(monkeypatch: pytest.MonkeyPatch) -
         assert span is None
 
 
-def test_enabled_creates_a_current_span_with_attributes(spans: SpanPipeline) -> None:
+def test_enabled_creates_a_current_span_with_attributes(spans: InMemorySpans) -> None:
     """Enabled, the span is current inside the body, carries the attributes and ends after."""
     enable("step")
     with managed_span("step", "train_step", tracer=spans.tracer, iteration=3) as span:
@@ -290,13 +291,13 @@ def test_enabled_creates_a_current_span_with_attributes(spans: SpanPipeline) -> 
         assert trace.get_current_span() is span
         assert span.is_recording()
     assert trace.get_current_span() is trace.INVALID_SPAN
-    finished = spans.one("train_step")
+    finished = one(spans, "train_step")
     assert dict(finished.attributes) == {"iteration": 3}
     assert finished.status.status_code is StatusCode.UNSET
     assert finished.end_time is not None
 
 
-def test_consumer_attribute_shapes(spans: SpanPipeline) -> None:
+def test_consumer_attribute_shapes(spans: InMemorySpans) -> None:
     """Consumer shapes: dotted keys via `**{...}`, bools, and an explicit tracer."""
     enable("rollout", "step")
     with managed_span("rollout", "generate", tracer=spans.tracer, **{"rl.backend": "vllm"}):
@@ -309,19 +310,19 @@ def test_consumer_attribute_shapes(spans: SpanPipeline) -> None:
         **{"megatron.iteration": 12},
     ):
         pass
-    assert dict(spans.one("generate").attributes) == {"rl.backend": "vllm"}
-    assert dict(spans.one("iteration").attributes) == {
+    assert dict(one(spans, "generate").attributes) == {"rl.backend": "vllm"}
+    assert dict(one(spans, "iteration").attributes) == {
         "is_goodput_span": True,
         "megatron.iteration": 12,
     }
 
 
-def test_exception_is_recorded_with_error_status_and_re_raised(spans: SpanPipeline) -> None:
+def test_exception_is_recorded_with_error_status_and_re_raised(spans: InMemorySpans) -> None:
     """An Exception from the body is recorded, sets ERROR with str(exc), and propagates."""
     enable("step")
     with pytest.raises(ValueError, match="bad batch"), managed_span("step", "s", spans.tracer):
         raise ValueError("bad batch")
-    finished = spans.one("s")
+    finished = one(spans, "s")
     assert finished.status.status_code is StatusCode.ERROR
     assert finished.status.description == "bad batch"
     assert [event.name for event in finished.events] == ["exception"]
@@ -329,18 +330,18 @@ def test_exception_is_recorded_with_error_status_and_re_raised(spans: SpanPipeli
     assert trace.get_current_span() is trace.INVALID_SPAN
 
 
-def test_base_exception_ends_the_span_without_error(spans: SpanPipeline) -> None:
+def test_base_exception_ends_the_span_without_error(spans: InMemorySpans) -> None:
     """KeyboardInterrupt passes through; the span is still ended and detached, not ERROR."""
     enable("step")
     with pytest.raises(KeyboardInterrupt), managed_span("step", "s", spans.tracer):
         raise KeyboardInterrupt
-    finished = spans.one("s")
+    finished = one(spans, "s")
     assert finished.status.status_code is StatusCode.UNSET
     assert trace.get_current_span() is trace.INVALID_SPAN
 
 
 def test_default_tracer_is_looked_up_at_call_time(
-    get_tracer_calls: RecordingGetTracer, spans: SpanPipeline
+    get_tracer_calls: RecordingGetTracer, spans: InMemorySpans
 ) -> None:
     """Without a tracer, `trace.get_tracer("nemo.lens.helpers")` is called on every use."""
     enable("step")
@@ -354,12 +355,14 @@ def test_default_tracer_is_looked_up_at_call_time(
 def test_default_tracer_follows_the_global_provider() -> None:
     """A provider installed after import is used: nothing was cached at import."""
     enable("step")
-    pipeline = SpanPipeline()
-    with global_tracer_provider(pipeline.provider), managed_span("step", "global"):
-        pass
-    assert pipeline.names() == ["global"]
-    assert pipeline.one("global").instrumentation_scope.name == "nemo.lens.helpers"
-    pipeline.provider.shutdown()
+    pipeline = in_memory_spans(install=True)
+    try:
+        with managed_span("step", "global"):
+            pass
+        assert pipeline.names() == ["global"]
+        assert one(pipeline, "global").instrumentation_scope.name == "nemo.lens.helpers"
+    finally:
+        reset_otel_globals()
 
 
 def test_a_broken_tracer_degrades_to_none(caplog: pytest.LogCaptureFixture) -> None:
@@ -375,7 +378,7 @@ def test_a_broken_tracer_degrades_to_none(caplog: pytest.LogCaptureFixture) -> N
     assert "tracer is broken" in caplog.records[0].getMessage()
 
 
-def test_nested_spans_parent_correctly(spans: SpanPipeline) -> None:
+def test_nested_spans_parent_correctly(spans: InMemorySpans) -> None:
     """span_cm > managed_span > trace_fn > managed_span form one chain in one trace."""
     enable("step", "forward_backward", "optimizer")
 
@@ -403,7 +406,7 @@ def test_nested_spans_parent_correctly(spans: SpanPipeline) -> None:
     assert spans.names() == ["inner", "fwd_bwd", "step", "sibling", "job"]
 
 
-def test_threads_get_their_own_parents(spans: SpanPipeline) -> None:
+def test_threads_get_their_own_parents(spans: InMemorySpans) -> None:
     """A span opened in another thread does not become the parent of this thread's spans."""
     import threading
 
@@ -423,42 +426,44 @@ def test_threads_get_their_own_parents(spans: SpanPipeline) -> None:
         pass
     release.set()
     thread.join(timeout=30)
-    assert spans.one("mine").parent is None
-    assert spans.one("other").parent is None
+    assert one(spans, "mine").parent is None
+    assert one(spans, "other").parent is None
 
 
 # --- span_cm -------------------------------------------------------------------------------
 
 
-def test_span_cm_is_ungated(spans: SpanPipeline) -> None:
+def test_span_cm_is_ungated(spans: InMemorySpans) -> None:
     """Consumer shape: `span_cm(name, tracer=t, num_microbatches=n)` opens with every gate off."""
     with span_cm("pipeline_schedule", tracer=spans.tracer, num_microbatches=8) as span:
         assert trace.get_current_span() is span
-    assert dict(spans.one("pipeline_schedule").attributes) == {"num_microbatches": 8}
+    assert dict(one(spans, "pipeline_schedule").attributes) == {"num_microbatches": 8}
 
 
-def test_span_cm_redacts_and_filters_attributes(spans: SpanPipeline) -> None:
+def test_span_cm_redacts_and_filters_attributes(spans: InMemorySpans) -> None:
     """span_cm sets attributes safely, as safe_set_span_attributes does."""
     with span_cm("s", tracer=spans.tracer, prompt="secret words", n=None, bad=object(), ok=1):
         pass
-    assert dict(spans.one("s").attributes) == {"prompt": "[REDACTED]", "ok": 1}
+    assert dict(one(spans, "s").attributes) == {"prompt": "[REDACTED]", "ok": 1}
 
 
 @pytest.mark.parametrize(("record_exception", "events"), [(True, ["exception"]), (False, [])])
-def test_span_cm_exceptions(spans: SpanPipeline, record_exception: bool, events: list[str]) -> None:
+def test_span_cm_exceptions(
+    spans: InMemorySpans, record_exception: bool, events: list[str]
+) -> None:
     """An exception sets ERROR and propagates; record_exception decides the event."""
     with (
         pytest.raises(RuntimeError, match="oom"),
         span_cm("s", tracer=spans.tracer, record_exception=record_exception),
     ):
         raise RuntimeError("oom")
-    finished = spans.one("s")
+    finished = one(spans, "s")
     assert finished.status.status_code is StatusCode.ERROR
     assert [event.name for event in finished.events] == events
     assert trace.get_current_span() is trace.INVALID_SPAN
 
 
-def test_span_cm_default_tracer(get_tracer_calls: RecordingGetTracer, spans: SpanPipeline) -> None:
+def test_span_cm_default_tracer(get_tracer_calls: RecordingGetTracer, spans: InMemorySpans) -> None:
     """Without a tracer, span_cm calls `trace.get_tracer("nemo.lens.helpers")` now."""
     with span_cm("s"):
         pass
@@ -500,7 +505,7 @@ def test_trace_fn_keeps_the_function_metadata() -> None:
     assert inspect.signature(wrapped) == inspect.signature(step)
 
 
-def test_trace_fn_disabled_is_a_plain_call(spans: SpanPipeline) -> None:
+def test_trace_fn_disabled_is_a_plain_call(spans: InMemorySpans) -> None:
     """With the group off, the function runs and returns with no span."""
 
     @trace_fn("step", "add", tracer=spans.tracer)
@@ -511,7 +516,7 @@ def test_trace_fn_disabled_is_a_plain_call(spans: SpanPipeline) -> None:
     assert spans.finished() == []
 
 
-def test_trace_fn_checks_the_gate_on_every_call(spans: SpanPipeline) -> None:
+def test_trace_fn_checks_the_gate_on_every_call(spans: InMemorySpans) -> None:
     """Decorated while off, traced once on, plain again once off: the gate is read per call."""
 
     @trace_fn("step", "add", tracer=spans.tracer)
@@ -526,7 +531,7 @@ def test_trace_fn_checks_the_gate_on_every_call(spans: SpanPipeline) -> None:
     assert spans.names() == ["add"]
 
 
-def test_trace_fn_enabled_span_is_current_inside(spans: SpanPipeline) -> None:
+def test_trace_fn_enabled_span_is_current_inside(spans: InMemorySpans) -> None:
     """Enabled, the call runs inside the span, which is current and then ended."""
     enable("step")
     inside: list[Any] = []
@@ -536,12 +541,12 @@ def test_trace_fn_enabled_span_is_current_inside(spans: SpanPipeline) -> None:
         inside.append(trace.get_current_span())
 
     work()
-    finished = spans.one("work")
+    finished = one(spans, "work")
     assert inside[0].get_span_context().span_id == finished.context.span_id
     assert trace.get_current_span() is trace.INVALID_SPAN
 
 
-def test_trace_fn_records_the_exception_and_re_raises(spans: SpanPipeline) -> None:
+def test_trace_fn_records_the_exception_and_re_raises(spans: InMemorySpans) -> None:
     """An exception sets ERROR, adds the exception event, and reaches the caller."""
     enable("optimizer")
 
@@ -551,13 +556,13 @@ def test_trace_fn_records_the_exception_and_re_raises(spans: SpanPipeline) -> No
 
     with pytest.raises(FloatingPointError, match="nan loss"):
         optimizer_step()
-    finished = spans.one("opt")
+    finished = one(spans, "opt")
     assert finished.status.status_code is StatusCode.ERROR
     assert [event.name for event in finished.events] == ["exception"]
 
 
 def test_trace_fn_default_tracer_scope(
-    get_tracer_calls: RecordingGetTracer, spans: SpanPipeline
+    get_tracer_calls: RecordingGetTracer, spans: InMemorySpans
 ) -> None:
     """Consumer shape `@trace_fn(g, n)`: the tracer is `trace.get_tracer("nemo.lens")`, per call."""
     enable("step")
@@ -572,7 +577,7 @@ def test_trace_fn_default_tracer_scope(
     assert spans.names() == ["f", "f"]
 
 
-def test_trace_fn_async_span_covers_the_await(spans: SpanPipeline) -> None:
+def test_trace_fn_async_span_covers_the_await(spans: InMemorySpans) -> None:
     """A coroutine function stays one; its span is current across awaits and ends after them."""
     enable("step")
 
@@ -586,10 +591,10 @@ def test_trace_fn_async_span_covers_the_await(spans: SpanPipeline) -> None:
     assert inspect.iscoroutinefunction(rollout)
     assert asyncio.run(rollout(4)) == 8
     assert spans.names() == ["inside", "rollout"]
-    assert spans.one("inside").parent.span_id == spans.one("rollout").context.span_id
+    assert one(spans, "inside").parent.span_id == one(spans, "rollout").context.span_id
 
 
-def test_trace_fn_async_disabled_and_failing(spans: SpanPipeline) -> None:
+def test_trace_fn_async_disabled_and_failing(spans: InMemorySpans) -> None:
     """Disabled, the coroutine is awaited plainly; enabled, its exception is recorded."""
 
     @trace_fn("step", "co", tracer=spans.tracer)
@@ -604,7 +609,7 @@ def test_trace_fn_async_disabled_and_failing(spans: SpanPipeline) -> None:
     enable("step")
     with pytest.raises(ConnectionError):
         asyncio.run(co(True))
-    assert spans.one("co").status.status_code is StatusCode.ERROR
+    assert one(spans, "co").status.status_code is StatusCode.ERROR
 
 
 DEFAULT_LIST: list[int] = []
@@ -638,7 +643,7 @@ def positional_only(a: Any, b: Any, /) -> tuple[Any, ...]:
     ],
 )
 def test_trace_fn_passes_every_argument_kind_through(
-    spans: SpanPipeline, enabled: bool, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    spans: InMemorySpans, enabled: bool, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
     """Positional-only, defaults, *args, keyword-only and **kwargs reach the function as given."""
     if enabled:
@@ -655,7 +660,7 @@ def test_trace_fn_keeps_default_objects_identical() -> None:
     assert wrapped(1, d=4)[5] is DEFAULT_LIST
 
 
-def test_trace_fn_refuses_the_same_bad_calls(spans: SpanPipeline) -> None:
+def test_trace_fn_refuses_the_same_bad_calls(spans: InMemorySpans) -> None:
     """A call the function would refuse raises the same TypeError through the wrapper."""
     wrapped = trace_fn("step", "f", tracer=spans.tracer)(positional_only)
     with pytest.raises(TypeError):
@@ -664,7 +669,7 @@ def test_trace_fn_refuses_the_same_bad_calls(spans: SpanPipeline) -> None:
         trace_fn("step", "f")(keyword_only)(1)  # type: ignore[call-arg]
 
 
-def test_trace_fn_on_methods(spans: SpanPipeline) -> None:
+def test_trace_fn_on_methods(spans: InMemorySpans) -> None:
     """Decorating a method keeps `self` binding, enabled or not."""
     enable("step")
 
@@ -680,7 +685,7 @@ def test_trace_fn_on_methods(spans: SpanPipeline) -> None:
     assert spans.names() == ["Trainer.step"]
 
 
-def test_trace_fn_on_other_callables(spans: SpanPipeline) -> None:
+def test_trace_fn_on_other_callables(spans: InMemorySpans) -> None:
     """Callable objects, partials, builtins and pre-wrapped functions are traced correctly."""
     enable("step")
 
@@ -709,7 +714,7 @@ def test_trace_fn_on_other_callables(spans: SpanPipeline) -> None:
     assert spans.names() == ["obj", "partial", "builtin", "prewrapped"]
 
 
-def test_trace_fn_with_colliding_parameter_names(spans: SpanPipeline) -> None:
+def test_trace_fn_with_colliding_parameter_names(spans: InMemorySpans) -> None:
     """Parameters named like the wrapper's own internals still work (generic wrapper)."""
     enable("step")
 
@@ -722,7 +727,7 @@ def test_trace_fn_with_colliding_parameter_names(spans: SpanPipeline) -> None:
     assert spans.names() == ["clash", "clash"]
 
 
-def test_trace_fn_with_an_unhashable_group_never_traces(spans: SpanPipeline) -> None:
+def test_trace_fn_with_an_unhashable_group_never_traces(spans: InMemorySpans) -> None:
     """A group name that cannot be looked up is never enabled, and calls still work."""
     enable("step")
     wrapped = trace_fn(["step"], "f", tracer=spans.tracer)(positional_only)  # type: ignore[arg-type]

@@ -61,7 +61,7 @@ def test_unknown_root_attribute_is_an_attribute_error() -> None:
     import pytest
 
     with pytest.raises(AttributeError, match="no attribute 'record_rl_metrics'"):
-        _ = nemo.lens.record_rl_metrics  # type: ignore[attr-defined]
+        _ = nemo.lens.record_rl_metrics
 
 
 def test_bare_import_loads_no_submodule_but_version() -> None:

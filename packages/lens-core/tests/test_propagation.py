@@ -6,10 +6,11 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from lens_spans import SpanPipeline, reset_span_state
+from lens_spans import one
 
 import nemo.lens
 from nemo.lens.propagation import extract_context, inject_context, install_w3c_propagator
+from nemo.lens.testing import InMemorySpans, in_memory_spans, reset_span_state
 
 pytest.importorskip("opentelemetry.sdk.trace")
 
@@ -22,16 +23,16 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 @pytest.fixture(autouse=True)
 def _fresh_state_and_propagator() -> Iterator[None]:
-    reset_span_state()
+    reset_span_state(clear_registry=True)
     saved = propagate.get_global_textmap()
     yield
     propagate.set_global_textmap(saved)
-    reset_span_state()
+    reset_span_state(clear_registry=True)
 
 
 @pytest.fixture
-def spans() -> Iterator[SpanPipeline]:
-    pipeline = SpanPipeline()
+def spans() -> Iterator[InMemorySpans]:
+    pipeline = in_memory_spans()
     yield pipeline
     pipeline.provider.shutdown()
 
@@ -42,7 +43,7 @@ def test_root_re_exports() -> None:
     assert nemo.lens.extract_context is extract_context
 
 
-def test_inject_writes_the_current_span(spans: SpanPipeline) -> None:
+def test_inject_writes_the_current_span(spans: InMemorySpans) -> None:
     """Gym shape `inject_context(headers)`: traceparent carries the current span's ids."""
     headers: dict[str, str] = {}
     with spans.tracer.start_as_current_span("client") as span:
@@ -62,7 +63,7 @@ def test_inject_without_a_span_writes_nothing() -> None:
     assert "traceparent" not in headers
 
 
-def test_round_trip_parents_the_remote_side(spans: SpanPipeline) -> None:
+def test_round_trip_parents_the_remote_side(spans: InMemorySpans) -> None:
     """A span started under the extracted context is a child of the injecting span."""
     headers: dict[str, str] = {}
     with spans.tracer.start_as_current_span("client") as client:
@@ -70,13 +71,13 @@ def test_round_trip_parents_the_remote_side(spans: SpanPipeline) -> None:
     remote = extract_context(headers)
     server = spans.tracer.start_span("server", context=remote)
     server.end()
-    finished = spans.one("server")
+    finished = one(spans, "server")
     assert finished.parent.span_id == client.get_span_context().span_id
     assert finished.parent.is_remote
     assert finished.context.trace_id == client.get_span_context().trace_id
 
 
-def test_baggage_and_tracestate_travel(spans: SpanPipeline) -> None:
+def test_baggage_and_tracestate_travel(spans: InMemorySpans) -> None:
     """Baggage and tracestate are written when present and read back on the other side."""
     incoming = {"traceparent": TRACEPARENT, "tracestate": "vendor=abc"}
     token = otel_context.attach(baggage.set_baggage("run", "r1", extract_context(incoming)))
@@ -110,7 +111,7 @@ def test_extract_never_raises(caplog: pytest.LogCaptureFixture) -> None:
     assert len(caplog.records) == 1
 
 
-def test_inject_never_raises(spans: SpanPipeline, caplog: pytest.LogCaptureFixture) -> None:
+def test_inject_never_raises(spans: InMemorySpans, caplog: pytest.LogCaptureFixture) -> None:
     """A carrier that cannot be written is left alone, with one warning."""
     with (
         caplog.at_level(logging.WARNING, logger="nemo.lens.propagation"),
@@ -120,7 +121,7 @@ def test_inject_never_raises(spans: SpanPipeline, caplog: pytest.LogCaptureFixtu
     assert "inject_context failed" in caplog.records[0].getMessage()
 
 
-def test_install_w3c_propagator(monkeypatch: pytest.MonkeyPatch, spans: SpanPipeline) -> None:
+def test_install_w3c_propagator(monkeypatch: pytest.MonkeyPatch, spans: InMemorySpans) -> None:
     """Setup's propagator is tracecontext plus baggage, unless OTEL_PROPAGATORS is set."""
     monkeypatch.delenv("OTEL_PROPAGATORS", raising=False)
     propagate.set_global_textmap(CompositePropagator([]))

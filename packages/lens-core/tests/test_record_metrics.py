@@ -15,7 +15,13 @@ from lens_meters import CountingMeter, FailingCreateMeter, FailingEmitMeter
 from opentelemetry.metrics import NoOpMeter
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 
-from nemo.lens import MetricSpec, record_metrics, register_metric_group, unregister_metric_group
+from nemo.lens import (
+    MetricSpec,
+    _warn_once,
+    record_metrics,
+    register_metric_group,
+    unregister_metric_group,
+)
 from nemo.lens.instruments import _registry
 from nemo.lens.testing import InMemoryMetrics, in_memory_metrics
 
@@ -526,12 +532,13 @@ def test_warning_memory_is_capped_with_one_final_line(
     rl: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Past the cap, one line says further warnings are suppressed, then silence."""
-    cap = _registry.WARNING_CAP
+    cap = _warn_once.DEFAULT_CAP
     for index in range(cap + 20):
         record_metrics(rl.meter, "rl", {f"typo_{index}": 1.0})
     messages = warnings_from(caplog)
     assert len(messages) == cap + 1
-    assert "further warnings for this group are suppressed" in messages[-1]
+    assert "group 'rl' reached" in messages[-1]
+    assert "further warnings are suppressed" in messages[-1]
     record_metrics(rl.meter, "rl", reward_mean=1.0)
     assert value_of(rl, "rl.reward.mean") == 1.0
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from nemo.lens._resource import build_resource, clean_attributes, resource_attributes
+from nemo.lens._resource import clean_attributes, resource_attributes
+from nemo.lens._sdk._pipeline import build_resource
 from nemo.lens.version import __version__
 
 

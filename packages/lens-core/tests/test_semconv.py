@@ -9,8 +9,16 @@ from pathlib import Path
 
 from nemo.lens import semconv
 
-# The names the spec lists, by family.
+# The names the spec lists, by family, plus the standard resource keys lens itself writes
+# (semconv is the one place lens spells a key name).
 EXPECTED_VALUES = {
+    # OpenTelemetry resource keys lens sets
+    "service.name",
+    "service.version",
+    "service.instance.id",
+    "host.name",
+    "process.pid",
+    "deployment.environment",
     # dl
     "dl.rank",
     "dl.world_size",
@@ -62,6 +70,7 @@ EXPECTED_VALUES = {
     "nemo.run.id",
     "nemo.user.id",
     "nemo.span.truncated",
+    "nemo.span.truncated.reason",
     "wandb.entity",
     "wandb.project",
     # k8s

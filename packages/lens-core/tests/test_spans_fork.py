@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from lens_fork import in_child
-from lens_spans import SpanPipeline, reset_span_state
 
 from nemo.lens import SpanRegistry, managed_span, set_enabled_span_groups, span_cm, state, trace_fn
 from nemo.lens.state import enabled_span_groups, is_span_group_enabled, set_span_group_spec
+from nemo.lens.testing import in_memory_spans, reset_span_state
 
 pytest.importorskip("opentelemetry.sdk.trace")
 
@@ -28,9 +28,9 @@ pytestmark = [
 
 @pytest.fixture(autouse=True)
 def _fresh_span_state() -> Iterator[None]:
-    reset_span_state()
+    reset_span_state(clear_registry=True)
     yield
-    reset_span_state()
+    reset_span_state(clear_registry=True)
 
 
 def ids(span: Any) -> list[int]:
@@ -102,7 +102,7 @@ def test_child_inherits_the_gate_and_parents_its_spans() -> None:
     set_enabled_span_groups(frozenset({"step", "optimizer"}))
 
     def trace_in_child() -> dict[str, Any]:
-        pipeline = SpanPipeline()
+        pipeline = in_memory_spans()
 
         @trace_fn("optimizer", "opt", tracer=pipeline.tracer)
         def optimizer_step() -> None:
@@ -132,7 +132,7 @@ def test_child_inherits_the_gate_and_parents_its_spans() -> None:
 def test_child_spans_get_fresh_ids_from_the_sdk_default_generator() -> None:
     """With the SDK's default generator, ids drawn after fork differ between parent and child."""
     set_enabled_span_groups(frozenset({"step"}))
-    pipeline = SpanPipeline()
+    pipeline = in_memory_spans()
 
     def draw() -> list[int]:
         with managed_span("step", "s", tracer=pipeline.tracer) as span:
@@ -144,9 +144,11 @@ def test_child_spans_get_fresh_ids_from_the_sdk_default_generator() -> None:
 
 def test_child_spans_get_fresh_ids_even_after_equal_seeds() -> None:
     """With lens's id generator, `random.seed(s)` in parent and child still gives distinct ids."""
-    id_generator = pytest.importorskip("nemo.lens._id_generator")
+    id_generator = pytest.importorskip("nemo.lens._sdk._ids")
     set_enabled_span_groups(frozenset({"step"}))
-    pipeline = SpanPipeline(id_generator=id_generator.build_id_generator())
+    pipeline = in_memory_spans()
+    pipeline.provider.id_generator = id_generator.build_id_generator()
+    pipeline.tracer = pipeline.provider.get_tracer("lens-tests")  # one that uses it
     saved = random.getstate()
 
     def draw() -> list[int]:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lens_spans import reset_span_state
 
 import nemo.lens
 from nemo.lens import SpanRegistry, state
@@ -27,15 +26,16 @@ from nemo.lens.state import (
     set_pp_trace_carrier,
     set_span_group_spec,
 )
+from nemo.lens.testing import reset_span_state
 
 LENS_SRC = Path(state.__file__).parent
 
 
 @pytest.fixture(autouse=True)
 def _fresh_span_state() -> Iterator[None]:
-    reset_span_state()
+    reset_span_state(clear_registry=True)
     yield
-    reset_span_state()
+    reset_span_state(clear_registry=True)
 
 
 def state_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -223,7 +223,7 @@ def test_non_string_spec_warns_and_enables_nothing(caplog: pytest.LogCaptureFixt
 @given(st.text())
 def test_set_span_group_spec_never_raises(spec: str) -> None:
     """Any text is accepted; what it enables is always a subset of the registered groups."""
-    reset_span_state()
+    reset_span_state(clear_registry=True)
     SpanRegistry.register("ns", ["a", "b"], {"p": ["a"]})
     set_span_group_spec(spec)
     assert enabled_span_groups() <= {"a", "b"}

@@ -14,6 +14,7 @@ import warnings
 from typing import Any, Final
 
 from lens_compat_rl._specs import LEGACY_RL_GROUP, LEGACY_RL_SPECS
+from nemo.lens._warn_once import WarnOnce
 from nemo.lens.instruments import record_metrics, register_metric_group, registered_metric_groups
 
 __all__ = ["DEPRECATION_MESSAGE", "REMOVAL_RELEASE", "record_rl_metrics"]
@@ -31,11 +32,11 @@ DEPRECATION_MESSAGE: Final = (
     "See docs/migrating-from-record-rl-metrics.md."
 )
 
-# The first call pops the flag. list.pop() is atomic, so even when several threads make
-# their first call together exactly one of them warns; no lock is held across fork().
-_deprecation_pending: list[bool] = [True]
-# Failure kinds already logged, so a broken set-up logs once instead of every step.
-_logged_failures: set[str] = set()
+# lens-core's warn-once memory: the deprecation is issued by the first call only (exactly
+# one, even when several threads make their first call together), and a broken set-up logs
+# once per failure kind instead of every step. nemo.lens.testing.reset_all() forgets both.
+_once = WarnOnce(_logger, "record_rl_metrics")
+_DEPRECATION: Final = "deprecation"
 
 
 def record_rl_metrics(
@@ -93,12 +94,14 @@ def record_rl_metrics(
             rollout_duration_ms=rollout_duration_ms,
         )
     except Exception as exc:  # never break the training step
-        _log_failure_once(exc)
-    if _deprecation_pending:
-        try:
-            _deprecation_pending.pop()
-        except IndexError:  # another thread's first call got there first
-            return
+        if _once.first(("failure", type(exc).__name__)):
+            _logger.warning(
+                "record_rl_metrics: unexpected %s (%s); the call was skipped",
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+    if _once.first(_DEPRECATION):
         warnings.warn(DEPRECATION_MESSAGE, DeprecationWarning, stacklevel=2)
 
 
@@ -106,13 +109,3 @@ def _register_legacy_group() -> None:
     # ValueError: another thread, or the consumer, registered "rl" since we looked; use theirs.
     with contextlib.suppress(ValueError):
         register_metric_group(LEGACY_RL_GROUP, LEGACY_RL_SPECS)
-
-
-def _log_failure_once(exc: Exception) -> None:
-    kind = type(exc).__name__
-    if kind in _logged_failures:
-        return
-    _logged_failures.add(kind)
-    _logger.warning(
-        "record_rl_metrics: unexpected %s (%s); the call was skipped", kind, exc, exc_info=exc
-    )

@@ -15,35 +15,32 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from nemo.lens import semconv
+from nemo.lens._attributes import attribute_key, attribute_value
 from nemo.lens.version import __version__
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.util.types import AttributeValue
-
-__all__ = ["build_resource", "clean_attributes", "resource_attributes"]
 
 _logger = logging.getLogger(__name__)
 
-_SCALAR_TYPES: Final = (str, bool, int, float)
-
 # (resource key, environment variables read in order); the first non-empty value wins.
 _SLURM_KEYS: Final = (
-    ("slurm.job.id", ("SLURM_JOB_ID",)),
-    ("slurm.job.name", ("SLURM_JOB_NAME",)),
-    ("slurm.nodelist", ("SLURM_JOB_NODELIST", "SLURM_NODELIST")),
-    ("slurm.nnodes", ("SLURM_JOB_NUM_NODES", "SLURM_NNODES")),
-    ("slurm.ntasks", ("SLURM_NTASKS",)),
-    ("slurm.partition", ("SLURM_JOB_PARTITION",)),
-    ("slurm.cluster.name", ("SLURM_CLUSTER_NAME",)),
+    (semconv.SLURM_JOB_ID, ("SLURM_JOB_ID",)),
+    (semconv.SLURM_JOB_NAME, ("SLURM_JOB_NAME",)),
+    (semconv.SLURM_NODELIST, ("SLURM_JOB_NODELIST", "SLURM_NODELIST")),
+    (semconv.SLURM_NNODES, ("SLURM_JOB_NUM_NODES", "SLURM_NNODES")),
+    (semconv.SLURM_NTASKS, ("SLURM_NTASKS",)),
+    (semconv.SLURM_PARTITION, ("SLURM_JOB_PARTITION",)),
+    (semconv.SLURM_CLUSTER_NAME, ("SLURM_CLUSTER_NAME",)),
 )
 _K8S_KEYS: Final = (
-    ("k8s.namespace.name", "K8S_NAMESPACE_NAME"),
-    ("k8s.pod.name", "K8S_POD_NAME"),
-    ("k8s.pod.uid", "K8S_POD_UID"),
-    ("k8s.node.name", "K8S_NODE_NAME"),
-    ("k8s.container.name", "K8S_CONTAINER_NAME"),
-    ("k8s.job.name", "K8S_JOB_NAME"),
+    (semconv.K8S_NAMESPACE_NAME, "K8S_NAMESPACE_NAME"),
+    (semconv.K8S_POD_NAME, "K8S_POD_NAME"),
+    (semconv.K8S_POD_UID, "K8S_POD_UID"),
+    (semconv.K8S_NODE_NAME, "K8S_NODE_NAME"),
+    (semconv.K8S_CONTAINER_NAME, "K8S_CONTAINER_NAME"),
+    (semconv.K8S_JOB_NAME, "K8S_JOB_NAME"),
 )
 _K8S_SECRETS: Final = Path("var/run/secrets/kubernetes.io")
 
@@ -82,39 +79,32 @@ def resource_attributes(
     env = os.environ if environ is None else environ
     caller = clean_attributes(caller_attributes)
     attributes: dict[str, AttributeValue] = {
-        "service.name": service_name,
-        "service.version": __version__,
+        semconv.SERVICE_NAME: service_name,
+        semconv.SERVICE_VERSION: __version__,
     }
     if rank is not None and world_size is not None:
-        attributes["dl.rank"] = rank
-        attributes["dl.world_size"] = world_size
+        attributes[semconv.DL_RANK] = rank
+        attributes[semconv.DL_WORLD_SIZE] = world_size
     if run_id:
-        attributes["nemo.run.id"] = run_id
-        attributes["service.instance.id"] = _instance_id(run_id, rank, caller, forked_child)
+        attributes[semconv.NEMO_RUN_ID] = run_id
+        attributes[semconv.SERVICE_INSTANCE_ID] = _instance_id(run_id, rank, caller, forked_child)
     for key, value in (
-        ("nemo.user.id", user),
-        ("wandb.entity", wandb_entity),
-        ("wandb.project", wandb_project),
+        (semconv.NEMO_USER_ID, user),
+        (semconv.WANDB_ENTITY, wandb_entity),
+        (semconv.WANDB_PROJECT, wandb_project),
     ):
         if value:
             attributes[key] = value
     # A set-but-empty DEPLOYMENT_ENV deliberately blocks the ENVIRONMENT fallback.
     environment = env["DEPLOYMENT_ENV"] if "DEPLOYMENT_ENV" in env else env.get("ENVIRONMENT")
     if environment:
-        attributes["deployment.environment"] = environment
-    attributes["host.name"] = socket.gethostname()
-    attributes["process.pid"] = os.getpid()
+        attributes[semconv.DEPLOYMENT_ENVIRONMENT] = environment
+    attributes[semconv.HOST_NAME] = socket.gethostname()
+    attributes[semconv.PROCESS_PID] = os.getpid()
     attributes.update(_detect_slurm(env))
     attributes.update(_detect_kubernetes(env, filesystem_root))
     attributes.update(caller)
     return attributes
-
-
-def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:
-    """Return an SDK `Resource` of `attributes` over the SDK's own detection."""
-    from opentelemetry.sdk.resources import Resource
-
-    return Resource.create(dict(attributes))
 
 
 def clean_attributes(attributes: object) -> dict[str, AttributeValue]:
@@ -129,14 +119,15 @@ def clean_attributes(attributes: object) -> dict[str, AttributeValue]:
         )
         return {}
     cleaned: dict[str, AttributeValue] = {}
-    for key, value in attributes.items():
-        if not isinstance(key, str) or not key:
+    for raw_key, value in attributes.items():
+        key = attribute_key(raw_key)
+        if key is None:
             _logger.warning(
                 "resource_attributes: key %r is not a non-empty string; the entry was dropped",
-                key,
+                raw_key,
             )
             continue
-        carried = _as_attribute_value(value)
+        carried = attribute_value(value)
         if carried is None:
             _logger.warning(
                 "resource_attributes: the value of %r (%s: %r) is not a str, bool, int, "
@@ -150,25 +141,13 @@ def clean_attributes(attributes: object) -> dict[str, AttributeValue]:
     return cleaned
 
 
-def _as_attribute_value(value: object) -> AttributeValue | None:
-    if isinstance(value, _SCALAR_TYPES):
-        return value
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return tuple(value)
-        first_type = type(value[0])
-        if first_type in _SCALAR_TYPES and all(type(item) is first_type for item in value):
-            return tuple(value)
-    return None
-
-
 def _instance_id(
     run_id: str, rank: int | None, caller: Mapping[str, AttributeValue], forked_child: bool
 ) -> str:
     """`<run_id>-rank<r>` when a rank is known; otherwise made unique with random hex."""
     known_rank: object = rank
     if known_rank is None:
-        known_rank = caller.get("dl.rank", caller.get("nv.dl.rank"))
+        known_rank = caller.get(semconv.DL_RANK, caller.get(semconv.NV_DL_RANK))
     if known_rank is None:
         return f"{run_id}-{uuid.uuid4().hex[:12]}"
     instance = f"{run_id}-rank{known_rank}"
@@ -203,8 +182,8 @@ def _detect_kubernetes(env: Mapping[str, str], filesystem_root: Path) -> dict[st
         value = env.get(variable, "").strip()
         if value:
             found[key] = value
-    if "k8s.pod.name" not in found:
+    if semconv.K8S_POD_NAME not in found:
         hostname = env.get("HOSTNAME", "").strip()
         if hostname:
-            found["k8s.pod.name"] = hostname
+            found[semconv.K8S_POD_NAME] = hostname
     return found

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-__all__ = ["Step", "provider_steps", "run_within"]
-
 _logger = logging.getLogger(__name__)
 
 #: A named piece of work, given the milliseconds left in the budget; False means failed.

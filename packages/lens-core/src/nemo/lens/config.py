@@ -23,9 +23,6 @@ _TRUE_SPELLINGS: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE_SPELLINGS: Final = frozenset({"0", "false", "no", "off"})
 _BOOL_FORM: Final = "one of 1/true/yes/on or 0/false/no/off (any case)"
 
-#: Exporter names `setup_telemetry` accepts for `NemoLensConfig.exporter`.
-EXPORTERS: Final = ("otlp", "console", "prometheus")
-
 
 @dataclass
 class NemoLensConfig:

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar, Final
 
-from nemo.lens._locks import hold_across_fork
+from nemo.lens._fork_hooks import hold_lock_across_fork
+from nemo.lens._warn_once import WarnOnce
 from nemo.lens.errors import LensTypeError, LensValueError
 
 __all__ = ["SpanGroup", "SpanRegistry"]
 
 _logger = logging.getLogger(__name__)
+
 
 #: The preset every resolver understands as "every known group"; never a group name.
 ALL_PRESET: Final = "all"
@@ -120,7 +122,6 @@ class SpanRegistry:
     # Mutated in place, never rebound, so subclasses and readers share one table.
     _groups_by_namespace: ClassVar[dict[str, frozenset[str]]] = {}
     _presets_by_namespace: ClassVar[dict[str, dict[str, frozenset[str]]]] = {}
-    _late_warned: ClassVar[set[str]] = set()
     # Taken across fork() and replaced in the child, so a child never inherits it held.
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
@@ -219,11 +220,10 @@ class SpanRegistry:
 
     @classmethod
     def clear(cls) -> None:
-        """Remove every namespace and forget late-registration warnings (for tests)."""
+        """Remove every namespace (for tests)."""
         with cls._lock:
             cls._groups_by_namespace.clear()
             cls._presets_by_namespace.clear()
-            cls._late_warned.clear()
         _after_mutation(None)
 
     @classmethod
@@ -345,25 +345,31 @@ def _normalise_presets(
     return normalised
 
 
-def _after_mutation(registered: str | None) -> None:
-    """Re-resolve the stored spec; warn once per namespace that registered after setup."""
-    # Imported here: `state` imports this module, and lock order is state, then registry.
-    from nemo.lens import state
+# Called after every change to the registry; each returns True when span groups had already
+# been chosen from it (so a namespace registering now comes late). `nemo.lens.state`
+# listens, to re-resolve its stored spec; this module imports nothing of it.
+_change_listeners: list[Callable[[], bool]] = []
+_late_registrations = WarnOnce(_logger, "SpanRegistry late registrations")
 
-    if registered is not None and state._groups_configured():
-        with SpanRegistry._lock:
-            first_time = registered not in SpanRegistry._late_warned
-            SpanRegistry._late_warned.add(registered)
-    else:
-        first_time = False
-    if first_time:
-        _logger.warning(
+
+def on_registry_change(listener: Callable[[], bool]) -> None:
+    """Call `listener()` after every change to `SpanRegistry`; see `_change_listeners`."""
+    _change_listeners.append(listener)
+
+
+def _after_mutation(registered: str | None) -> None:
+    """Tell the listeners; warn once per namespace that registered after groups were chosen."""
+    already_chosen = False
+    for listener in list(_change_listeners):
+        already_chosen = listener() or already_chosen
+    if registered is not None and already_chosen:
+        _late_registrations.warn(
+            registered,
             "SpanRegistry: namespace %r registered after span groups were configured; "
             "its groups apply from now on, but spans gated earlier were not recorded. "
             "Register span groups before setup_telemetry.",
             registered,
         )
-    state.refresh_enabled_span_groups()
 
 
-hold_across_fork(SpanRegistry, "_lock")
+hold_lock_across_fork("span registry lock", SpanRegistry, "_lock")

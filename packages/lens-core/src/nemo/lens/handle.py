@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.metrics._internal import _ProxyMeterProvider
 
-from nemo.lens import _exporters, _providers, _shutdown, state
+from nemo.lens import _fork_hooks, _otel_env, _shutdown, state
+from nemo.lens._otel_internals import ProxyMeterProvider
 from nemo.lens.config import NemoLensConfig
 from nemo.lens.errors import LensTypeError, LensValueError
 from nemo.lens.groups import SpanGroup, strict_resolver_for
@@ -29,9 +29,10 @@ from nemo.lens.propagation import install_w3c_propagator
 from nemo.lens.strategies import ExportStrategy, get_export_strategy
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics.export import MetricReader
-    from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.util.types import AttributeValue
+
+    from nemo.lens._sdk import MetricReader, SpanExporter
+    from nemo.lens._sdk._pipeline import Pipeline
 
 __all__ = ["TelemetryHandle", "setup_telemetry"]
 
@@ -63,8 +64,10 @@ class TelemetryHandle:
         self.is_exporting = is_exporting
         # Named by consumers; set before any shutdown work so a second call is a no-op.
         self._shutdown_done = False
-        # The providers setup built; None for a handle built by hand or a no-op setup.
-        self._pipeline: _providers.Pipeline | None = None
+        # The providers an exporting setup built; None for a handle built by hand.
+        self._pipeline: Pipeline | None = None
+        # A no-op setup built nothing, so its flush and shutdown touch nothing.
+        self._owns_nothing = False
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -112,6 +115,8 @@ class TelemetryHandle:
 
     def _providers(self) -> list[tuple[object, str]]:
         pipeline = self._pipeline
+        if self._owns_nothing:
+            return []
         if pipeline is None:
             return [
                 (trace.get_tracer_provider(), "tracer provider"),
@@ -181,10 +186,10 @@ def setup_telemetry(
         )
         strict_groups: frozenset[str] | None = None
         if config.enabled:
-            _exporters.check_exporter_name(config.exporter)
+            _otel_env.check_exporter_name(config.exporter)
             strict_groups = _strict_span_groups(config)
             if config.metrics_enabled and metric_reader is None and config.exporter != "prometheus":
-                _exporters.metric_export_interval_ms()
+                _otel_env.metric_export_interval_ms()
         if not (config.enabled and selected):
             handle = _no_op_setup()
         else:
@@ -267,14 +272,14 @@ def _no_op_setup() -> TelemetryHandle:
     # set-once would only log OpenTelemetry's override warning on every repeated setup.
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(trace.NoOpTracerProvider())
-    if isinstance(metrics.get_meter_provider(), _ProxyMeterProvider):
+    if isinstance(metrics.get_meter_provider(), ProxyMeterProvider):
         metrics.set_meter_provider(metrics.NoOpMeterProvider())
     state.set_enabled_span_groups(frozenset())
     handle = TelemetryHandle(
         trace.NoOpTracer(), metrics.NoOpMeter(INSTRUMENTATION_SCOPE), is_exporting=False
     )
     # Built nothing, so its flush and shutdown touch nothing (not someone else's globals).
-    handle._pipeline = _providers.Pipeline(tracer_provider=None, meter_provider=None)
+    handle._owns_nothing = True
     return handle
 
 
@@ -288,7 +293,10 @@ def _exporting_setup(
     span_exporter: SpanExporter | None,
     metric_reader: MetricReader | None,
 ) -> TelemetryHandle:
-    pipeline = _providers.build_pipeline(
+    # The SDK is imported only now, by the one setup that builds SDK objects.
+    from nemo.lens._sdk._pipeline import build_pipeline
+
+    pipeline = build_pipeline(
         config,
         rank=rank,
         world_size=world_size,
@@ -343,4 +351,4 @@ def _reset_in_child() -> None:
     _setup_lock = threading.RLock()
 
 
-os.register_at_fork(after_in_child=_reset_in_child)
+_fork_hooks.register("setup guard", after_in_child=_reset_in_child)

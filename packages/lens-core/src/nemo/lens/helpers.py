@@ -24,6 +24,8 @@ from opentelemetry import trace as trace  # a module attribute consumers' tests 
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from nemo.lens import state as _state
+from nemo.lens._attributes import attribute_key, attribute_value
+from nemo.lens._warn_once import WarnOnce
 from nemo.lens.state import is_span_group_enabled
 
 __all__ = [
@@ -49,18 +51,13 @@ REDACTED: Final = "[REDACTED]"
 _HELPERS_SCOPE: Final = "nemo.lens.helpers"
 _TRACE_FN_SCOPE: Final = "nemo.lens"
 
-_SCALAR_TYPES: Final = (bool, str, int, float)
-_WARNED_CAP: Final = 100
-_warned: set[tuple[str, str]] = set()
+_warnings = WarnOnce(_logger, "nemo.lens span helpers")
 
 
 def _warn_once(where: str, exc: BaseException) -> None:
     """Log a recording failure once per (call site, exception type)."""
-    memory_key = (where, type(exc).__name__)
-    if memory_key in _warned or len(_warned) >= _WARNED_CAP:
-        return
-    _warned.add(memory_key)
-    _logger.warning(
+    _warnings.warn(
+        (where, type(exc).__name__),
         "%s failed (%s: %s); lens carries on without it. Further %s errors from this "
         "call site are not logged.",
         where,
@@ -75,18 +72,6 @@ def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_RED
     return REDACTED if key in redact_keys else value
 
 
-def _attribute_value(value: object) -> object | None:
-    """Return `value` as OpenTelemetry can carry it, or None to drop it."""
-    if isinstance(value, _SCALAR_TYPES):
-        return value
-    if isinstance(value, (list, tuple)):
-        # The SDK accepts only homogeneous sequences; bool is kept apart from int.
-        kinds = {type(item) for item in value}
-        if len(kinds) <= 1 and all(issubclass(kind, _SCALAR_TYPES) for kind in kinds):
-            return list(value)
-    return None
-
-
 def safe_set_span_attributes(
     span: Span | None,
     attributes: Mapping[str, object],
@@ -95,9 +80,9 @@ def safe_set_span_attributes(
     """Set `attributes` on `span`, skipping what OpenTelemetry cannot carry; never raises.
 
     Returns at once for a None or non-recording span. None values are skipped; bool, int,
-    float and str values are set; lists and tuples of one scalar type are set as lists;
-    anything else is dropped silently. A key in `redact_keys` is set to `"[REDACTED]"`,
-    whatever its value's type.
+    float and str values are set; lists and tuples of one scalar type are set as tuples;
+    anything else is dropped silently (the rule of `nemo.lens._attributes`). A key in
+    `redact_keys` is set to `"[REDACTED]"`, whatever its value's type.
 
     Args:
         span: The span to annotate, or None.
@@ -111,13 +96,14 @@ def safe_set_span_attributes(
             return
         secret_keys = DEFAULT_REDACT_KEYS if redact_keys is None else redact_keys
         accepted: dict[str, Any] = {}
-        for key, value in attributes.items():
-            if value is None or not isinstance(key, str) or not key:
+        for raw_key, value in attributes.items():
+            key = attribute_key(raw_key)
+            if value is None or key is None:
                 continue
             if key in secret_keys:
                 accepted[key] = REDACTED
                 continue
-            carried = _attribute_value(value)
+            carried = attribute_value(value)
             if carried is not None:
                 accepted[key] = carried
         if accepted:

@@ -8,8 +8,7 @@ bridge to, and the call returns without doing anything.
 from __future__ import annotations
 
 import logging
-import warnings
-from typing import Any, Final
+from typing import Final
 
 __all__ = ["setup_logging_bridge"]
 
@@ -31,7 +30,10 @@ def setup_logging_bridge(logger_name: str = "", level: int = logging.INFO) -> No
         level: The lowest level the handler forwards.
     """
     try:
-        provider = _sdk_logger_provider()
+        # The SDK side is imported only now: `import nemo.lens.logging_bridge` needs the API.
+        from nemo.lens._sdk._logging import new_logging_handler, sdk_logger_provider
+
+        provider = sdk_logger_provider()
         if provider is None:
             return
         target = logging.getLogger(logger_name)
@@ -42,7 +44,7 @@ def setup_logging_bridge(logger_name: str = "", level: int = logging.INFO) -> No
                 existing.setLevel(level)
                 return
             target.removeHandler(existing)
-        handler = _new_handler(level, provider)
+        handler = new_logging_handler(level, provider)
         setattr(handler, _BRIDGE_MARK, True)
         setattr(handler, _BRIDGE_MARK + "_provider", provider)
         target.addHandler(handler)
@@ -53,30 +55,3 @@ def setup_logging_bridge(logger_name: str = "", level: int = logging.INFO) -> No
             type(exc).__name__,
             exc,
         )
-
-
-def _sdk_logger_provider() -> Any:
-    """The global logger provider if it is the SDK's, else None."""
-    try:
-        from opentelemetry._logs import get_logger_provider
-        from opentelemetry.sdk._logs import LoggerProvider
-    except ImportError:
-        return None
-    provider = get_logger_provider()
-    return provider if isinstance(provider, LoggerProvider) else None
-
-
-def _new_handler(level: int, provider: Any) -> logging.Handler:
-    """The logging instrumentation's handler where installed, else the SDK's."""
-    try:
-        from opentelemetry.instrumentation.logging.handler import (  # type: ignore[import-not-found]
-            LoggingHandler,
-        )
-    except ImportError:
-        from opentelemetry.sdk._logs import LoggingHandler
-    with warnings.catch_warnings():
-        # SDK 1.40+ deprecates its handler in favour of the instrumentation package's; the
-        # two take the same arguments, and which one is installed is the user's choice.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        handler: logging.Handler = LoggingHandler(level=level, logger_provider=provider)
-    return handler

@@ -16,10 +16,12 @@ import os
 
 from opentelemetry.context import Context
 
+from nemo.lens._warn_once import WarnOnce
+
 __all__ = ["extract_context", "inject_context"]
 
 _logger = logging.getLogger(__name__)
-_warned: set[str] = set()
+_warnings = WarnOnce(_logger, "nemo.lens propagation")
 
 
 def inject_context(carrier: dict[str, str]) -> None:
@@ -68,11 +70,8 @@ def install_w3c_propagator() -> None:
 
 
 def _warn_once(where: str, exc: Exception) -> None:
-    memory_key = f"{where}:{type(exc).__name__}"
-    if memory_key in _warned:
-        return
-    _warned.add(memory_key)
-    _logger.warning(
+    _warnings.warn(
+        (where, type(exc).__name__),
         "%s failed (%s: %s); the carrier is ignored. Further %s errors are not logged.",
         where,
         type(exc).__name__,

@@ -6,6 +6,7 @@ is `DL_DATA_PARALLEL_RANK`); `gen_ai.*` constants are spelled `GENAI_*`.
 """
 
 __all__ = [
+    "DEPLOYMENT_ENVIRONMENT",
     "DL_BATCH_SIZE",
     "DL_DATA_PARALLEL_RANK",
     "DL_DATA_PARALLEL_SIZE",
@@ -32,6 +33,7 @@ __all__ = [
     "GYM_ROLLOUT_BATCH_SIZE",
     "GYM_SERVER_NAME",
     "GYM_SERVER_TYPE",
+    "HOST_NAME",
     "K8S_CONTAINER_NAME",
     "K8S_JOB_NAME",
     "K8S_NAMESPACE_NAME",
@@ -40,16 +42,21 @@ __all__ = [
     "K8S_POD_UID",
     "NEMO_RUN_ID",
     "NEMO_SPAN_TRUNCATED",
+    "NEMO_SPAN_TRUNCATED_REASON",
     "NEMO_USER_ID",
     "NV_DL_LOCAL_RANK",
     "NV_DL_RANK",
     "NV_DL_ROLE",
     "NV_DL_WORLD_SIZE",
+    "PROCESS_PID",
     "RL_ALGORITHM",
     "RL_GENERATION_BACKEND",
     "RL_NUM_ROLLOUTS",
     "RL_REWARD",
     "SEMCONV_VERSION",
+    "SERVICE_INSTANCE_ID",
+    "SERVICE_NAME",
+    "SERVICE_VERSION",
     "SLURM_CLUSTER_NAME",
     "SLURM_JOB_ID",
     "SLURM_JOB_NAME",
@@ -63,6 +70,14 @@ __all__ = [
 
 #: The OpenTelemetry semantic-conventions release these names follow.
 SEMCONV_VERSION = "1.29.0"
+
+# OpenTelemetry resource keys lens sets on every exporting process.
+SERVICE_NAME = "service.name"
+SERVICE_VERSION = "service.version"
+SERVICE_INSTANCE_ID = "service.instance.id"
+HOST_NAME = "host.name"
+PROCESS_PID = "process.pid"
+DEPLOYMENT_ENVIRONMENT = "deployment.environment"
 
 # Deep-learning parallelism and training-step attributes.
 DL_RANK = "dl.rank"
@@ -121,6 +136,7 @@ SLURM_CLUSTER_NAME = "slurm.cluster.name"
 NEMO_RUN_ID = "nemo.run.id"
 NEMO_USER_ID = "nemo.user.id"
 NEMO_SPAN_TRUNCATED = "nemo.span.truncated"
+NEMO_SPAN_TRUNCATED_REASON = "nemo.span.truncated.reason"
 WANDB_ENTITY = "wandb.entity"
 WANDB_PROJECT = "wandb.project"
 

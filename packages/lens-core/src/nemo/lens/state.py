@@ -16,9 +16,10 @@ import sys
 import threading
 from collections.abc import Iterable
 
-from nemo.lens._locks import hold_across_fork
+from nemo.lens._fork_hooks import hold_lock_across_fork
+from nemo.lens._warn_once import WarnOnce
 from nemo.lens.errors import LensTypeError
-from nemo.lens.groups import SpanRegistry
+from nemo.lens.groups import SpanRegistry, on_registry_change
 
 __all__ = [
     "enabled_span_groups",
@@ -39,13 +40,13 @@ _pending: frozenset[str] = frozenset()
 # The lenient spec last stored; None while the set is pinned.
 _spec: str | None = None
 # Situations already warned about since the set was last pinned.
-_warned: set[tuple[str, frozenset[str]]] = set()
+_warnings = WarnOnce(_logger, "span_groups resolution")
 _pp_trace_carrier: dict[str, str] | None = None
 
 # Lock order: this lock, then SpanRegistry's. Registered for fork after `groups` (which
 # this module imports), so it is also taken first before a fork.
 _lock = threading.Lock()
-hold_across_fork(sys.modules[__name__], "_lock")
+hold_lock_across_fork("span state lock", sys.modules[__name__], "_lock")
 
 
 def is_span_group_enabled(group: str) -> bool:
@@ -70,7 +71,7 @@ def set_enabled_span_groups(groups: frozenset[str]) -> None:
         _enabled = pinned
         _pending = frozenset()
         _spec = None
-        _warned.clear()
+        _warnings.clear()
 
 
 def set_span_group_spec(spec: str) -> None:
@@ -171,15 +172,22 @@ def _resolve_stored_spec(spec: str) -> tuple[object, ...] | None:
         )
     else:
         return None
-    if situation in _warned:
-        return None
-    _warned.add(situation)
-    return message
+    return message if _warnings.first(situation) else None
 
 
 def _groups_configured() -> bool:
     """True once a setup has chosen groups (used to flag late registrations)."""
     return _spec is not None or bool(_enabled)
+
+
+def _registry_changed() -> bool:
+    """Re-resolve the stored spec; True when groups had been chosen before this change."""
+    configured = _groups_configured()
+    refresh_enabled_span_groups()
+    return configured
+
+
+on_registry_change(_registry_changed)
 
 
 def _as_frozenset(groups: Iterable[str]) -> frozenset[str]:

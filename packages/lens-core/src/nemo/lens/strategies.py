@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Final, TypeAlias
 
-from nemo.lens._locks import hold_across_fork
+from nemo.lens._fork_hooks import hold_lock_across_fork
 from nemo.lens.config import NemoLensConfig
 from nemo.lens.errors import LensTypeError, LensValueError
 
@@ -72,7 +72,7 @@ BUILTIN_STRATEGIES: Final = frozenset(_BUILTINS)
 
 _strategies: dict[str, ExportStrategy] = dict(_BUILTINS)
 _lock = threading.Lock()
-hold_across_fork(sys.modules[__name__], "_lock")
+hold_lock_across_fork("export strategy lock", sys.modules[__name__], "_lock")
 
 
 def register_export_strategy(

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, propagate, trace
 
-from nemo.lens import _shutdown, handle, state, strategies
+from nemo.lens import _otel_internals, _shutdown, _warn_once, handle, state, strategies
 from nemo.lens.groups import SpanRegistry
 from nemo.lens.instruments import _registry
 
@@ -55,6 +55,7 @@ __all__ = [
     "reset_metric_registry",
     "reset_otel_globals",
     "reset_span_state",
+    "reset_warning_memory",
 ]
 
 #: How long `reset_otel_globals` lets the old providers' shutdown run.
@@ -100,42 +101,33 @@ def reset_otel_globals() -> None:
     effect. The text-map propagator becomes the one the API builds by default (from
     `OTEL_PROPAGATORS`, else W3C trace context plus baggage).
     """
-    import opentelemetry.trace as trace_module
-    from opentelemetry._logs import _internal as logs_internal
-    from opentelemetry.metrics import _internal as metrics_internal
-    from opentelemetry.util._once import Once
-
-    installed: list[tuple[object, str]] = [
-        (trace_module._TRACER_PROVIDER, "tracer provider"),
-        (metrics_internal._METER_PROVIDER, "meter provider"),
-        (logs_internal._LOGGER_PROVIDER, "logger provider"),
-    ]
     steps: list[_shutdown.Step] = []
-    for provider, label in installed:
+    for provider, label in _otel_internals.installed_global_providers():
         # The SDK's MeterProvider logs a warning when shut down twice; skip one already down.
-        if provider is not None and getattr(provider, "_shutdown", False) is not True:
+        if provider is not None and not _otel_internals.provider_is_shut_down(provider):
             steps += _shutdown.provider_steps(provider, label, flush=False, shut_down=True)
     if steps:
         _shutdown.run_within("reset_otel_globals", steps, RESET_SHUTDOWN_TIMEOUT_MS)
-
-    trace_module._TRACER_PROVIDER = None
-    trace_module._TRACER_PROVIDER_SET_ONCE = Once()
-    metrics_internal._METER_PROVIDER = None
-    metrics_internal._METER_PROVIDER_SET_ONCE = Once()
-    # The proxy forwards to the first real provider for good; a fresh one forgets it.
-    metrics_internal._PROXY_METER_PROVIDER = metrics_internal._ProxyMeterProvider()
-    logs_internal._LOGGER_PROVIDER = None
-    logs_internal._LOGGER_PROVIDER_SET_ONCE = Once()
+    _otel_internals.forget_global_tracer_provider()
+    _otel_internals.forget_global_meter_provider()
+    _otel_internals.forget_global_logger_provider()
     propagate.set_global_textmap(_default_propagator())
 
 
+def reset_warning_memory() -> None:
+    """Forget every warning lens logged once, so each is logged again on its next occurrence."""
+    _warn_once.clear_all()
+
+
 def reset_all(*, clear_span_registry: bool = False) -> None:
-    """Run every reset above: registry, span state, strategies, init guard, OTel globals."""
+    """Run every reset above: registry, span state, strategies, init guard, OTel globals,
+    and the warn-once memory of every recording path."""
     reset_otel_globals()
     reset_metric_registry()
     reset_span_state(clear_registry=clear_span_registry)
     reset_export_strategies()
     reset_init_guard()
+    reset_warning_memory()
 
 
 @contextmanager
@@ -238,12 +230,7 @@ def in_memory_metrics(*, install: bool = False) -> InMemoryMetrics:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
     if install:
-        from opentelemetry.metrics import _internal as metrics_internal
-        from opentelemetry.util._once import Once
-
-        metrics_internal._METER_PROVIDER = None
-        metrics_internal._METER_PROVIDER_SET_ONCE = Once()
-        metrics_internal._PROXY_METER_PROVIDER = metrics_internal._ProxyMeterProvider()
+        _otel_internals.forget_global_meter_provider()
         metrics.set_meter_provider(provider)
     return InMemoryMetrics(provider, reader)
 
@@ -270,11 +257,7 @@ def in_memory_spans(*, install: bool = False) -> InMemorySpans:
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     if install:
-        import opentelemetry.trace as trace_module
-        from opentelemetry.util._once import Once
-
-        trace_module._TRACER_PROVIDER = None
-        trace_module._TRACER_PROVIDER_SET_ONCE = Once()
+        _otel_internals.forget_global_tracer_provider()
         trace.set_tracer_provider(provider)
     return InMemorySpans(provider, exporter)
 

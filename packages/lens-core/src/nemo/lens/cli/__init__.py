@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from nemo.lens.cli import _demo, _doctor, _metrics
-from nemo.lens.cli._parser import EXIT_BAD_INPUT, LensArgumentParser
+from nemo.lens.cli._common import EXIT_BAD_INPUT, LensArgumentParser
 from nemo.lens.version import __version__
 
 __all__ = ["build_parser", "main", "run"]

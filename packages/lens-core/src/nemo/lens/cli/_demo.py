@@ -1,42 +1,45 @@
 """`lens demo`: a simulated RL training loop instrumented with lens, end to end.
 
-It uses only the public API, exactly as a framework would: declare an `rl` metric
-group, set up telemetry from a `NemoLensConfig`, open `managed_span` spans per step,
-record every step with `record_metrics(handle.meter, "rl", ...)`, shut down.
+It uses only the public API, exactly as a framework would: declare a metric group, set up
+telemetry from a `NemoLensConfig`, open `managed_span` spans per step, record every step
+with `record_metrics(handle.meter, "lens_demo", ...)`, shut down. The simulated run is
+deterministic for a seed. On a terminal a progress bar and a table of the latest values
+redraw in place; anywhere else (a pipe, a file, `TERM=dumb`) one plain line per step.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import math
 import os
+import random
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
-from nemo.lens.cli._endpoints import (
+from nemo.lens import _otel_env
+from nemo.lens.cli._common import (
+    EXIT_BAD_INPUT,
     bind_problem,
     connect_problem,
-    otlp_targets,
-    prometheus_address,
+    non_negative_float,
+    positive_int,
+    tcp_port,
 )
-from nemo.lens.cli._live import LiveView, is_live_terminal
-from nemo.lens.cli._parser import EXIT_BAD_INPUT, non_negative_float, positive_int, tcp_port
-from nemo.lens.cli._simulate import RL_GROUP, RL_SPECS, StepResult, declare_rl_metrics, simulate
-
-__all__ = ["EXIT_INTERRUPTED", "add_arguments", "run"]
+from nemo.lens.instruments import MetricSpec, register_metric_group
 
 HELP = "run a simulated RL training loop that exports lens traces and metrics"
 DESCRIPTION = """\
-Run a simulated RL training loop instrumented with lens: it declares an `rl` metric
-group, opens a span per step (span groups "job" and "step") and records the rl.*
-series every step.
+Run a simulated RL training loop instrumented with lens: it declares a `lens_demo`
+metric group, opens a span per step (span groups "job" and "step") and records the
+lens_demo.* series every step.
 
   console     (default) spans and metrics go to a JSON-lines file (--out), one object
               per line; no server needed.
@@ -61,6 +64,7 @@ collector, port in use); 2 bad input; 130 interrupted by Ctrl-C.
 #: 128 + SIGINT, the shell's status for a run stopped with Ctrl-C.
 EXIT_INTERRUPTED: Final = 130
 DEFAULT_OUT: Final = "lens-demo.jsonl"
+# console first: the default, which needs no server.
 _EXPORTERS: Final = ("console", "prometheus", "otlp")
 # The demo is short, so metrics export every second unless the user chose otherwise.
 _DEMO_EXPORT_INTERVAL_MS: Final = "1000"
@@ -146,7 +150,7 @@ def _prepare_environment(args: argparse.Namespace) -> str | None:
         if args.endpoint is not None:
             os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = args.endpoint
         try:
-            targets = otlp_targets(os.environ, ("traces", "metrics"))
+            targets = _otel_env.otlp_targets(("traces", "metrics"))
         except ValueError as exc:
             return str(exc)
         for target in targets:
@@ -161,7 +165,7 @@ def _prepare_environment(args: argparse.Namespace) -> str | None:
         if args.port is not None:
             os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(args.port)
         try:
-            host, port = prometheus_address(os.environ)
+            host, port = _otel_env.prometheus_address()
         except ValueError as exc:
             return str(exc)
         problem = bind_problem(host, port)
@@ -176,8 +180,8 @@ def _prepare_environment(args: argparse.Namespace) -> str | None:
 def _view_rows(
     result: StepResult, tokens_total: int, buffer_size: int
 ) -> list[tuple[str, str, str]]:
-    units = {spec.key: spec.unit for spec in RL_SPECS}
-    names = {spec.key: spec.name for spec in RL_SPECS}
+    units = {spec.key: spec.unit for spec in DEMO_SPECS}
+    names = {spec.key: spec.name for spec in DEMO_SPECS}
     latest = {
         "reward_mean": f"{result.reward_mean:.4f}",
         "kl_divergence": f"{result.kl_divergence:.4f}",
@@ -245,7 +249,7 @@ class _Training:
                         time.sleep(pause * 0.3)
                     record_metrics(
                         meter,
-                        RL_GROUP,
+                        DEMO_GROUP,
                         reward_mean=result.reward_mean,
                         kl_divergence=result.kl_divergence,
                         policy_loss=result.policy_loss,
@@ -254,7 +258,7 @@ class _Training:
                         replay_buffer_size=result.replay_buffer_change,
                     )
                     for duration_ms in result.generation_durations_ms:
-                        record_metrics(meter, RL_GROUP, generation_duration_ms=duration_ms)
+                        record_metrics(meter, DEMO_GROUP, generation_duration_ms=duration_ms)
                 tokens_total += result.tokens_generated
                 buffer_size += result.replay_buffer_change
                 self.completed += 1
@@ -263,7 +267,7 @@ class _Training:
 
 def _open_sink(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """Open the JSON-lines file and build the exporters that write into it."""
-    from nemo.lens.cli._sink import JsonLinesFile, console_metric_reader, console_span_exporter
+    from nemo.lens._sdk._console import JsonLinesFile, console_metric_reader, console_span_exporter
 
     if args.exporter == "otlp":
         return None, {}
@@ -279,8 +283,10 @@ def run(args: argparse.Namespace) -> int:
     problem = _check_options(args)
     if problem is not None:
         return _bad_input(problem)
-    if importlib.util.find_spec("opentelemetry.sdk") is None:
-        problem = "the OpenTelemetry SDK is not installed; run: pip install 'lens-core[sdk]'"
+    if not _otel_env.is_importable("opentelemetry.sdk"):
+        problem = (
+            f"the OpenTelemetry SDK is not installed; {_otel_env.install_hint(_otel_env.SDK_EXTRA)}"
+        )
     else:
         problem = _prepare_environment(args)
     if problem is not None:
@@ -299,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
         export_strategy="all_ranks",
         span_groups="job,step",
     )
-    declare_rl_metrics()
+    declare_demo_metrics()
     view = LiveView(sys.stdout, args.steps, live=is_live_terminal(sys.stdout))
     sink = handle = training = None
     interrupted = False
@@ -336,13 +342,186 @@ def run(args: argparse.Namespace) -> int:
 
 def _announce(args: argparse.Namespace, sink: Any) -> None:
     if args.exporter == "prometheus":
-        host, port = prometheus_address(os.environ)
+        host, port = _otel_env.prometheus_address()
         print(f"lens demo: Prometheus metrics at http://{host}:{port}/metrics while the run lasts")
     if args.exporter == "otlp":
-        targets = otlp_targets(os.environ, ("traces", "metrics"))
+        targets = _otel_env.otlp_targets(("traces", "metrics"))
         endpoints = ", ".join(sorted({target.endpoint for target in targets}))
         print(f"lens demo: sending spans and metrics over OTLP to {endpoints}")
     if sink is not None:
         what = "spans and metrics" if args.exporter == "console" else "spans"
         print(f"lens demo: writing {what} as JSON lines to {sink.path}")
     sys.stdout.flush()
+
+
+# --- the simulated run ----------------------------------------------------------------
+
+# Not "rl": lens-compat-rl records the legacy rl.* series into a group of that name.
+DEMO_GROUP: Final = "lens_demo"
+ROLLOUTS_PER_STEP: Final = 8
+
+#: The group the demo declares, as a framework would declare its own.
+DEMO_SPECS: Final = (
+    MetricSpec(
+        "reward_mean",
+        "lens_demo.reward.mean",
+        "gauge",
+        description="Mean reward of the step's rollouts.",
+    ),
+    MetricSpec(
+        "kl_divergence",
+        "lens_demo.kl_divergence",
+        "gauge",
+        description="KL divergence between the policy and the reference policy.",
+    ),
+    MetricSpec(
+        "policy_loss",
+        "lens_demo.policy_loss",
+        "gauge",
+        description="Policy-gradient loss of the step.",
+    ),
+    MetricSpec(
+        "entropy", "lens_demo.entropy", "gauge", description="Mean token entropy of the policy."
+    ),
+    MetricSpec(
+        "tokens_generated",
+        "lens_demo.tokens.generated",
+        "counter",
+        unit="{token}",
+        description="Tokens generated by rollouts, summed over the run.",
+    ),
+    MetricSpec(
+        "generation_duration_ms",
+        "lens_demo.generation.duration",
+        "histogram",
+        unit="ms",
+        description="Time to generate one rollout.",
+    ),
+    MetricSpec(
+        "replay_buffer_size",
+        "lens_demo.replay_buffer.size",
+        "up_down_counter",
+        unit="{rollout}",
+        description="Rollouts waiting in the replay buffer.",
+    ),
+)
+
+
+def declare_demo_metrics() -> None:
+    """Register the demo's group (what `lens metrics --import` can list)."""
+    register_metric_group(DEMO_GROUP, DEMO_SPECS)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one simulated step produced."""
+
+    step: int
+    reward_mean: float
+    kl_divergence: float
+    policy_loss: float
+    entropy: float
+    tokens_generated: int
+    generation_durations_ms: tuple[float, ...]
+    replay_buffer_change: int
+
+    @property
+    def generation_mean_ms(self) -> float:
+        """The mean rollout generation time of the step."""
+        return sum(self.generation_durations_ms) / len(self.generation_durations_ms)
+
+
+def simulate(steps: int, seed: int = 0) -> Iterator[StepResult]:
+    """Yield `steps` steps of a run whose reward climbs while the policy drifts away."""
+    rng = random.Random(seed)
+    buffer_size = 0
+    for step in range(steps):
+        progress = 1.0 - math.exp(-step / max(steps / 4.0, 1.0))
+        lengths = [
+            max(16, int(rng.gauss(220.0 + 80.0 * progress, 40.0))) for _ in range(ROLLOUTS_PER_STEP)
+        ]
+        # About 0.6 ms per generated token, with a long tail from slow batches.
+        durations = tuple(length * 0.6 * rng.lognormvariate(0.0, 0.25) for length in lengths)
+        # A batch of rollouts arrives; the trainer drains more of the buffer as it fills.
+        consumed = min(buffer_size + ROLLOUTS_PER_STEP, rng.randint(4, 7) + buffer_size // 4)
+        change = ROLLOUTS_PER_STEP - consumed
+        buffer_size += change
+        yield StepResult(
+            step=step,
+            reward_mean=0.15 + 0.7 * progress + rng.gauss(0.0, 0.03),
+            kl_divergence=max(0.0, 0.002 + 0.04 * progress + rng.gauss(0.0, 0.002)),
+            policy_loss=0.9 * (1.0 - progress) + 0.05 + rng.gauss(0.0, 0.02),
+            entropy=max(0.05, 1.6 - 0.8 * progress + rng.gauss(0.0, 0.04)),
+            tokens_generated=sum(lengths),
+            generation_durations_ms=durations,
+            replay_buffer_change=change,
+        )
+
+
+# --- the terminal view --------------------------------------------------------------------
+
+_BAR_WIDTH: Final = 30
+_CLEAR_LINE: Final = "\x1b[2K"
+
+
+def is_live_terminal(stream: TextIO) -> bool:
+    """True when `stream` is a terminal that understands cursor movement."""
+    try:
+        is_tty = stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return is_tty and os.environ.get("TERM", "") != "dumb"
+
+
+class LiveView:
+    """Shows the progress of a run of `total` steps on `stream`.
+
+    Args:
+        stream: Where to draw, usually `sys.stdout`.
+        total: The number of steps the run will make.
+        live: Redraw in place (a terminal) instead of printing one line per step.
+    """
+
+    def __init__(self, stream: TextIO, total: int, *, live: bool) -> None:
+        self._stream = stream
+        self._total = total
+        self._live = live
+        self._drawn_lines = 0
+        self._started = time.monotonic()
+
+    def update(self, done: int, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Show that `done` steps finished; `rows` are (series, latest value, unit)."""
+        if self._live:
+            self._redraw(self._live_lines(done, rows))
+        else:
+            values = "  ".join(f"{series}={value}" for series, value, _ in rows)
+            self._stream.write(f"step {done}/{self._total}  {values}\n")
+        self._stream.flush()
+
+    def _live_lines(self, done: int, rows: Sequence[tuple[str, str, str]]) -> list[str]:
+        filled = _BAR_WIDTH * done // max(self._total, 1)
+        bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        lines = [
+            f"step {done}/{self._total} [{bar}] {100 * done // max(self._total, 1):3d}%  "
+            f"{done / elapsed:.1f} steps/s"
+        ]
+        width = max((len(series) for series, _, _ in rows), default=6)
+        lines.append(f"  {'series':<{width}}  {'latest':>12}  unit")
+        lines += [
+            f"  {series:<{width}}  {value:>12}  {unit}".rstrip() for series, value, unit in rows
+        ]
+        return lines
+
+    def _redraw(self, lines: list[str]) -> None:
+        if self._drawn_lines:
+            # Move to the start of the first line drawn last time, then overwrite.
+            self._stream.write(f"\x1b[{self._drawn_lines}F")
+        self._stream.write("".join(f"{_CLEAR_LINE}{line}\n" for line in lines))
+        self._drawn_lines = len(lines)
+
+    def message(self, text: str) -> None:
+        """Print a line below the view; the next update draws a fresh view under it."""
+        self._stream.write(f"{text}\n")
+        self._stream.flush()
+        self._drawn_lines = 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import os
 import platform
 import sys
@@ -14,17 +13,16 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Final
 
-from nemo.lens.cli._endpoints import (
+from nemo.lens import _otel_env
+from nemo.lens.cli._common import (
+    EXIT_BAD_INPUT,
     bind_problem,
     connect_problem,
-    otlp_targets,
-    prometheus_address,
+    import_target,
+    load_targets,
+    non_negative_float,
 )
-from nemo.lens.cli._imports import import_target, load_targets
-from nemo.lens.cli._parser import EXIT_BAD_INPUT, non_negative_float
 from nemo.lens.version import __version__
-
-__all__ = ["Report", "add_arguments", "run"]
 
 HELP = "show versions and configuration, and check the exporter endpoint"
 DESCRIPTION = """\
@@ -43,20 +41,7 @@ exit status: 0 all well; 1 a problem was found (each is printed with what to do)
 2 bad input.
 """
 
-_EXPORTERS: Final = ("otlp", "console", "prometheus")
 _OTEL_DISTRIBUTIONS: Final = ("opentelemetry-api", "opentelemetry-sdk")
-# What each exporter needs importable on an exporting process, and the extra that ships it.
-_EXPORTER_MODULES: Final[dict[str, tuple[tuple[str, ...], str]]] = {
-    "otlp": (
-        ("opentelemetry.exporter.otlp.proto.grpc", "opentelemetry.exporter.otlp.proto.http"),
-        "lens-core[sdk]",
-    ),
-    "console": (("opentelemetry.sdk",), "lens-core[sdk]"),
-    "prometheus": (
-        ("opentelemetry.exporter.prometheus", "prometheus_client"),
-        "lens-core[prometheus]",
-    ),
-}
 
 
 @dataclass
@@ -191,10 +176,10 @@ def _check_config(report: Report, config: Any, prefix: str) -> None:
         report.ok("telemetry is enabled")
     else:
         report.note(f"telemetry is disabled; set {prefix}_ENABLED=1 to export")
-    if config.exporter not in _EXPORTERS:
+    if config.exporter not in _otel_env.EXPORTERS:
         report.fail(
             f"{prefix}_EXPORTER={config.exporter!r} is not an exporter; expected one of "
-            f"{list(_EXPORTERS)}"
+            f"{list(_otel_env.EXPORTERS)}"
         )
     from nemo.lens.strategies import registered_strategies
 
@@ -216,18 +201,18 @@ def _check_config(report: Report, config: Any, prefix: str) -> None:
 
 def _check_packages(report: Report, config: Any) -> bool:
     """Check the SDK and the exporter's packages import; False when one is missing."""
-    if config.exporter not in _EXPORTER_MODULES:
+    if config.exporter not in _otel_env.EXPORTER_REQUIREMENTS:
         return False
-    modules, extra = _EXPORTER_MODULES[config.exporter]
+    modules, extra = _otel_env.EXPORTER_REQUIREMENTS[config.exporter]
     needed = ("opentelemetry.sdk", *modules)
-    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    missing = [name for name in needed if not _otel_env.is_importable(name)]
     if config.exporter == "otlp" and len(missing) == 1 and missing[0] != "opentelemetry.sdk":
         # Setup falls back to the other OTLP transport, so one of the two is enough.
         missing = []
     if not missing:
         report.ok(f"the SDK and the {config.exporter} exporter are installed")
         return True
-    text = f"{', '.join(missing)} not installed; run: pip install '{extra}'"
+    text = f"{', '.join(missing)} not installed; {_otel_env.install_hint(extra)}"
     if config.enabled:
         report.fail(text)
     else:
@@ -243,7 +228,7 @@ def _check_endpoint(
         return
     if config.exporter == "prometheus":
         try:
-            host, port = prometheus_address(environ)
+            host, port = _otel_env.prometheus_address(environ)
         except ValueError as exc:
             report.fail(str(exc))
             return
@@ -269,12 +254,21 @@ def _check_endpoint(
         report.note("no signal is enabled, so no OTLP endpoint is used")
         return
     try:
-        targets = otlp_targets(environ, signals)
+        # The transport setup would really use: the protocol's, or the other one when only
+        # that one is installed (setup falls back to it), whose default port differs.
+        transports = {
+            signal: transport
+            for signal in signals
+            if (transport := _otel_env.otlp_transport_in_use(signal, environ)) is not None
+        }
+        targets = _otel_env.otlp_targets(signals, environ, transports=transports)
     except ValueError as exc:
         report.fail(str(exc))
         return
     for target in targets:
         what = f"OTLP {target.protocol} endpoint {target.endpoint} ({', '.join(target.signals)})"
+        if target.transport != _otel_env.otlp_transports(target.signals[0], environ)[0]:
+            what += f", sent over {target.transport}: the other transport is not installed"
         problem = connect_problem(target.host, target.port, timeout)
         if problem is None:
             report.ok(f"{what} accepts TCP connections")

@@ -1,4 +1,11 @@
-"""`lens metrics`: list every metric group a consumer's code declares, before it runs a job."""
+"""`lens metrics`: list every metric group a consumer's code declares, before it runs a job.
+
+Three renderings of the same declarations: an aligned text table, a GitHub Markdown table,
+and an OpenTelemetry Weaver semantic-convention registry. Each `MetricSpec` becomes one
+Weaver `type: metric` group, so `weaver registry check` can lint the series a framework
+declares. The YAML is written by hand (lens has no YAML dependency at run time); every
+string is a double-quoted, ASCII-only scalar, which reads back unchanged whatever it holds.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from nemo.lens.cli._imports import import_target, load_targets
-from nemo.lens.cli._parser import EXIT_BAD_INPUT
-from nemo.lens.cli._table import render_markdown, render_table
-from nemo.lens.cli._weaver import render_weaver_registry
+from nemo.lens.cli._common import EXIT_BAD_INPUT, import_target, load_targets
 from nemo.lens.instruments import MetricSpec, registered_metric_groups
-
-__all__ = ["add_arguments", "run"]
 
 HELP = "list the metric groups a module declares (table, Markdown or Weaver YAML)"
 DESCRIPTION = """\
@@ -31,6 +33,143 @@ examples:
 exit status: 0 listed; 1 nothing is registered; 2 bad input (unknown format, a module
 that cannot be imported or a callable that fails).
 """
+
+
+# --- text and Markdown tables ---------------------------------------------------------
+
+COLUMNS: Final = ("group", "key", "name", "kind", "unit", "description")
+
+
+def _rows(groups: Mapping[str, Sequence[MetricSpec]]) -> list[tuple[str, ...]]:
+    return [
+        (group, spec.key, spec.name, spec.kind, spec.unit, spec.description)
+        for group, specs in groups.items()
+        for spec in specs
+    ]
+
+
+def _flatten(cell: str) -> str:
+    # A table row is one line: newlines and tabs inside a description become spaces.
+    return " ".join(cell.split())
+
+
+def render_table(groups: Mapping[str, Sequence[MetricSpec]]) -> str:
+    """Return a plain-text table with one row per spec, columns aligned with spaces."""
+    rows = [tuple(column.upper() for column in COLUMNS)]
+    rows += [tuple(_flatten(cell) for cell in row) for row in _rows(groups)]
+    widths = [max(len(row[index]) for row in rows) for index in range(len(COLUMNS))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_cell(cell: str, *, code: bool) -> str:
+    # GitHub's tables read "\\|" as a literal pipe, inside code spans too.
+    text = _flatten(cell).replace("|", "\\|")
+    if code and text and "`" not in text:
+        return f"`{text}`"
+    return text
+
+
+def render_markdown(groups: Mapping[str, Sequence[MetricSpec]]) -> str:
+    """Return a GitHub-flavoured Markdown table with one row per spec."""
+    header = "| " + " | ".join(column.capitalize() for column in COLUMNS) + " |"
+    divider = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    lines = [header, divider]
+    for row in _rows(groups):
+        cells = [_markdown_cell(cell, code=index < 5) for index, cell in enumerate(row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# --- the Weaver registry ------------------------------------------------------------------
+
+#: lens kind -> Weaver `instrument` (the synchronous instrument names of the semconv syntax).
+INSTRUMENT_BY_KIND: Final[dict[str, str]] = {
+    "counter": "counter",
+    "gauge": "gauge",
+    "histogram": "histogram",
+    "up_down_counter": "updowncounter",
+}
+#: A consumer's own series have made no stability promise.
+STABILITY: Final = "development"
+
+# YAML's short escapes for the characters that have one.
+_SHORT_ESCAPES: Final[dict[str, str]] = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\0": "\\0",
+    "\a": "\\a",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\r": "\\r",
+    "\x1b": "\\e",
+}
+
+
+def yaml_quote(text: str) -> str:
+    """Return `text` as a YAML double-quoted scalar that uses printable ASCII only.
+
+    Anything outside printable ASCII is escaped (`\\xXX`, `\\uXXXX` or `\\UXXXXXXXX`), so
+    no character can end the scalar early or fall outside YAML's printable set.
+    """
+    parts = ['"']
+    for char in text:
+        code = ord(char)
+        if char in _SHORT_ESCAPES:
+            parts.append(_SHORT_ESCAPES[char])
+        elif 0x20 <= code < 0x7F:
+            parts.append(char)
+        elif code <= 0xFF:
+            parts.append(f"\\x{code:02x}")
+        elif code <= 0xFFFF:
+            parts.append(f"\\u{code:04x}")
+        else:
+            parts.append(f"\\U{code:08x}")
+    parts.append('"')
+    return "".join(parts)
+
+
+def render_weaver_registry(groups: Mapping[str, Sequence[MetricSpec]]) -> str:
+    """Return the registry YAML for `groups` (group name -> its specs, in order).
+
+    Each entry carries the Weaver fields (`id`, `type`, `metric_name`, `instrument`,
+    `unit`, `brief`, `stability`) and an `annotations.lens` map with the lens group and key,
+    so the lens declaration can be rebuilt from the file.
+    """
+    lines = [
+        "# OpenTelemetry Weaver semantic-convention registry, written by `lens metrics`.",
+        "# One `type: metric` group per declared series; annotations.lens names its lens",
+        "# metric group and the key passed to record_metrics.",
+    ]
+    entries: list[str] = []
+    for group, specs in groups.items():
+        for spec in specs:
+            entries += [
+                f"  - id: {yaml_quote('metric.' + spec.name)}",
+                "    type: metric",
+                f"    metric_name: {yaml_quote(spec.name)}",
+                f"    instrument: {INSTRUMENT_BY_KIND[spec.kind]}",
+                f"    unit: {yaml_quote(spec.unit)}",
+                f"    brief: {yaml_quote(spec.description)}",
+                f"    stability: {STABILITY}",
+                "    annotations:",
+                "      lens:",
+                f"        group: {yaml_quote(group)}",
+                f"        key: {yaml_quote(spec.key)}",
+            ]
+    if entries:
+        lines.append("groups:")
+        lines += entries
+    else:
+        lines.append("groups: []")
+    return "\n".join(lines) + "\n"
+
 
 RENDERERS: Final[dict[str, Callable[[Mapping[str, Sequence[MetricSpec]]], str]]] = {
     "table": render_table,

@@ -15,30 +15,18 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from opentelemetry.metrics import NoOpMeter
-from opentelemetry.metrics._internal import _ProxyMeter
 
+from nemo.lens._attributes import EXACT_SCALAR_TYPES, attribute_key, attribute_value
+from nemo.lens._otel_internals import ProxyMeter, real_meter_of
 from nemo.lens.instruments import _registry
-from nemo.lens.instruments._registry import (
-    GROUPS,
-    UNREGISTERED,
-    Emitter,
-    MeterCache,
-    MetricGroup,
-    warn_once,
-)
+from nemo.lens.instruments._registry import GROUPS, UNREGISTERED, Emitter, MeterCache, MetricGroup
 from nemo.lens.instruments._spec import METRIC_KINDS, NON_NEGATIVE_KINDS
-
-__all__ = ["record_metrics"]
 
 # The largest int that converts to a float without OverflowError.
 _INT_LIMIT: Final = int(sys.float_info.max)
 _INFINITY: Final = math.inf
 # The smallest value each kind accepts: finite for all, and >= 0 for some.
 _LOWEST_FINITE: Final = -sys.float_info.max
-_SCALAR_ATTRIBUTE_TYPES: Final = frozenset({str, bool, int, float})
-# The same, for isinstance on the slow path: subclasses (an enum member, numpy.float64)
-# are carried too, as the SDK carries them.
-_SCALAR_ATTRIBUTE_CLASSES: Final = (str, bool, int, float)
 
 
 def record_metrics(
@@ -70,10 +58,10 @@ def record_metrics(
         meter_type = type(meter)
         if meter_type is NoOpMeter:
             return
-        if meter_type is _ProxyMeter:
+        if meter_type is ProxyMeter:
             # The global proxy forwards once an SDK provider exists; record on the real
             # meter directly so the cache and the call skip the proxy.
-            meter = meter._real_meter
+            meter = real_meter_of(meter)
             if meter is None or type(meter) is NoOpMeter:
                 return
         try:
@@ -120,8 +108,7 @@ def record_metrics(
             try:
                 emit(value, attributes)
             except Exception as exc:
-                warn_once(
-                    state,
+                state.warnings.warn(
                     ("emit", key),
                     "record_metrics: recording key %r of group %r failed (%s: %s); the "
                     "value was dropped",
@@ -131,8 +118,7 @@ def record_metrics(
                     exc,
                 )
     except Exception as exc:  # a defect in lens itself: still never break the step
-        warn_once(
-            UNREGISTERED,
+        UNREGISTERED.warnings.warn(
             ("internal", type(exc).__name__),
             "record_metrics: unexpected %s (%s); the call was skipped",
             type(exc).__name__,
@@ -149,8 +135,7 @@ def _safe_repr(obj: object) -> str:
 
 def _warn_unregistered(group: object) -> None:
     memory_key = group if type(group) is str else ("non-string", _safe_repr(group))
-    warn_once(
-        UNREGISTERED,
+    UNREGISTERED.warnings.warn(
         memory_key,
         "record_metrics: metric group %s is not registered; nothing was recorded. "
         "Declare it with register_metric_group(); registered groups: %s",
@@ -188,8 +173,7 @@ def _attach(state: MetricGroup, meter: Any) -> MeterCache | None:
                 if cache is None:
                     cache = meters[meter_id] = MeterCache(ref)
             return cache
-    warn_once(
-        state,
+    state.warnings.warn(
         ("meter", type(meter).__qualname__),
         "record_metrics: %s of type %s cannot be used as a meter for group %r: %s; "
         "nothing was recorded",
@@ -213,8 +197,7 @@ def _merge(state: MetricGroup, values: object, kwargs: dict[str, object]) -> Map
             for key, value in values.items():
                 merged[key] = value
         except Exception as exc:
-            warn_once(
-                state,
+            state.warnings.warn(
                 ("values", "unreadable"),
                 "record_metrics: the values mapping for group %r could not be read fully "
                 "(%s: %s); the keys read so far still record",
@@ -223,8 +206,7 @@ def _merge(state: MetricGroup, values: object, kwargs: dict[str, object]) -> Map
                 exc,
             )
     else:
-        warn_once(
-            state,
+        state.warnings.warn(
             ("values", "non-mapping"),
             "record_metrics: values for group %r must be a mapping of key -> number, got "
             "%s; it was ignored and keyword values still record",
@@ -243,8 +225,7 @@ def _create_emitter(
     spec = state.spec_by_key.get(key) if type(key) is str else None
     if spec is None:
         if type(key) is str:
-            warn_once(
-                state,
+            state.warnings.warn(
                 ("unknown-key", key),
                 "record_metrics: key %r is not declared in group %r; it was skipped. "
                 "Declared keys: %s",
@@ -253,8 +234,7 @@ def _create_emitter(
                 sorted(state.spec_by_key),
             )
         else:
-            warn_once(
-                state,
+            state.warnings.warn(
                 ("values", "key-type"),
                 "record_metrics: values for group %r hold a non-string key %s; it was "
                 "skipped and the string keys still record",
@@ -263,8 +243,7 @@ def _create_emitter(
             )
         return None
     if cache.inherited:
-        warn_once(
-            state,
+        state.warnings.warn(
             ("inherited", type(meter).__qualname__),
             "record_metrics: this process was forked from one that recorded group %r on "
             "this meter; a child does not record through its parent's instruments (they "
@@ -290,8 +269,7 @@ def _create_emitter(
                 lowest = 0.0 if spec.kind in NON_NEGATIVE_KINDS else _LOWEST_FINITE
                 entry = cache.emitters[spec.key] = (emit, lowest)
     if error is not None:
-        warn_once(
-            state,
+        state.warnings.warn(
             ("create", spec.key),
             "record_metrics: creating %s %r for key %r of group %r failed (%s: %s); this key "
             "is skipped on this meter until the group is registered again",
@@ -338,8 +316,7 @@ def _coerce(state: MetricGroup, key: str, value: object, lowest: float) -> int |
 
 
 def _warn_value(state: MetricGroup, key: str, value: object, reason: str) -> None:
-    warn_once(
-        state,
+    state.warnings.warn(
         ("value", key),
         "record_metrics: value %s for key %r of group %r was skipped: %s",
         _safe_repr(value),
@@ -354,13 +331,12 @@ def _clean_attributes(state: MetricGroup, attributes: object) -> Mapping[str, ob
     if type(attributes) is dict:
         # The common case: every entry already valid, so pass the caller's dict as is.
         for key, value in attributes.items():
-            if type(key) is not str or not key or type(value) not in _SCALAR_ATTRIBUTE_TYPES:
+            if type(key) is not str or not key or type(value) not in EXACT_SCALAR_TYPES:
                 break
         else:
             return attributes
     elif not isinstance(attributes, Mapping):
-        warn_once(
-            state,
+        state.warnings.warn(
             ("attributes", "non-mapping"),
             "record_metrics: attributes for group %r must be a mapping, got %s; the values "
             "were recorded without attributes",
@@ -376,14 +352,14 @@ def _clean_attributes(state: MetricGroup, attributes: object) -> Mapping[str, ob
         entries = []
         dropped.append("<unreadable mapping>")
     for key, value in entries:
-        clean_value = _clean_attribute_value(value)
-        if isinstance(key, str) and key and clean_value is not None:
-            cleaned[key] = clean_value
+        clean_key = attribute_key(key)
+        clean_value = attribute_value(value)
+        if clean_key is not None and clean_value is not None:
+            cleaned[clean_key] = clean_value
         else:
             dropped.append(_safe_repr(key))
     if dropped:
-        warn_once(
-            state,
+        state.warnings.warn(
             ("attributes", "entry"),
             "record_metrics: attributes %s for group %r were dropped: keys must be non-empty "
             "strings and values str, bool, int, float or a sequence of one of those; the "
@@ -392,16 +368,3 @@ def _clean_attributes(state: MetricGroup, attributes: object) -> Mapping[str, ob
             state.name,
         )
     return cleaned
-
-
-def _clean_attribute_value(value: object) -> object:
-    """Return the value as OpenTelemetry accepts it, or None when it cannot carry it."""
-    if isinstance(value, _SCALAR_ATTRIBUTE_CLASSES):
-        return value
-    if not isinstance(value, (list, tuple)):
-        return None
-    element_types = {type(element) for element in value}
-    if len(element_types) > 1 or not element_types <= set(_SCALAR_ATTRIBUTE_TYPES):
-        return None
-    # A tuple, because older SDKs hash attribute values when aggregating.
-    return tuple(value)

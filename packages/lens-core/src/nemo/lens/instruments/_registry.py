@@ -8,31 +8,19 @@ new definition never reuses an old instrument and its warnings start afresh.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeAlias
 
-from nemo.lens._locks import hold_across_fork
+from nemo.lens import _fork_hooks
+from nemo.lens._warn_once import WarnOnce
 from nemo.lens.errors import LensTypeError, LensValueError
 from nemo.lens.instruments._spec import MetricSpec
-
-__all__ = [
-    "Emitter",
-    "MeterCache",
-    "MetricGroup",
-    "register_metric_group",
-    "registered_metric_groups",
-    "unregister_metric_group",
-]
 
 _logger = logging.getLogger(__name__)
 
 Emitter: TypeAlias = tuple[Callable[..., object], float]
-
-#: Distinct warnings remembered per group; past it, one last line says the rest are muted.
-WARNING_CAP: Final = 100
 
 
 class MeterCache:
@@ -55,7 +43,7 @@ class MeterCache:
 class MetricGroup:
     """A registered group: its specs and what recording has learned about it."""
 
-    __slots__ = ("capped", "meters", "name", "spec_by_key", "specs", "warned")
+    __slots__ = ("meters", "name", "spec_by_key", "specs", "warnings")
 
     def __init__(self, name: str, specs: tuple[MetricSpec, ...]) -> None:
         self.name = name
@@ -63,8 +51,7 @@ class MetricGroup:
         self.spec_by_key = {spec.key: spec for spec in specs}
         #: id(meter) -> its cache; the cache's weak reference removes the entry.
         self.meters: dict[int, MeterCache] = {}
-        self.warned: dict[Hashable, object] = {}
-        self.capped = False
+        self.warnings = WarnOnce(_logger, f"record_metrics: group {name!r}")
 
 
 # Mutated in place, never rebound, so the recording module can bind it once.
@@ -75,7 +62,7 @@ UNREGISTERED: Final = MetricGroup("<unregistered>", ())
 # One lock guards registration and instrument creation. It is held across fork() and
 # replaced in the child, so the recording module reads it as `_registry.lock` at use time.
 lock = threading.Lock()
-hold_across_fork(sys.modules[__name__], "lock")
+_fork_hooks.hold_lock_across_fork("metric registry lock", sys.modules[__name__], "lock")
 
 
 def _drop_inherited_instruments() -> None:
@@ -89,28 +76,7 @@ def _drop_inherited_instruments() -> None:
             cache.inherited = True
 
 
-os.register_at_fork(after_in_child=_drop_inherited_instruments)
-
-
-def warn_once(group: MetricGroup, memory_key: Hashable, message: str, *args: object) -> None:
-    """Log `message` at WARNING unless `group` has already logged `memory_key`."""
-    warned = group.warned
-    if memory_key in warned:
-        return
-    if len(warned) >= WARNING_CAP:
-        if not group.capped:
-            group.capped = True
-            _logger.warning(
-                "record_metrics: group %r reached %d distinct warnings; further warnings "
-                "for this group are suppressed",
-                group.name,
-                WARNING_CAP,
-            )
-        return
-    token = object()
-    # setdefault is atomic under the GIL: only the first thread gets its own token back.
-    if warned.setdefault(memory_key, token) is token:
-        _logger.warning(message, *args)
+_fork_hooks.register("inherited instruments", after_in_child=_drop_inherited_instruments)
 
 
 def register_metric_group(
@@ -202,5 +168,4 @@ def clear() -> None:
     """Drop every group (lens's own included); used by `nemo.lens.testing`."""
     with lock:
         GROUPS.clear()
-        UNREGISTERED.warned.clear()
-        UNREGISTERED.capped = False
+        UNREGISTERED.warnings.clear()

@@ -8,8 +8,6 @@ from typing import Final
 
 from nemo.lens.errors import LensTypeError, LensValueError
 
-__all__ = ["METRIC_KINDS", "NON_NEGATIVE_KINDS", "MetricSpec"]
-
 #: Every kind a spec may declare, mapped to the Meter method that creates it and the
 #: instrument method that records one value.
 METRIC_KINDS: Final[dict[str, tuple[str, str]]] = {

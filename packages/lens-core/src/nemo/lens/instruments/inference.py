@@ -5,13 +5,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Final
 
+from nemo.lens import semconv
 from nemo.lens.instruments._record import record_metrics
-from nemo.lens.instruments._registry import (
-    GROUPS,
-    UNREGISTERED,
-    register_metric_group,
-    warn_once,
-)
+from nemo.lens.instruments._registry import GROUPS, UNREGISTERED, register_metric_group
 from nemo.lens.instruments._spec import MetricSpec
 
 __all__ = ["INFERENCE_GROUP", "INFERENCE_SPECS", "record_inference_metrics"]
@@ -56,13 +52,12 @@ def record_inference_metrics(
             # ValueError: another thread registered it first, which is just as good.
             with contextlib.suppress(ValueError):
                 register_metric_group(INFERENCE_GROUP, INFERENCE_SPECS)
-        # Literal names rather than nemo.lens.semconv: the root import must not load it.
         attributes: dict[str, object] = {
-            "gen_ai.operation.name": operation_name,
-            "gen_ai.provider.name": provider_name,
+            semconv.GENAI_OPERATION_NAME: operation_name,
+            semconv.GENAI_PROVIDER_NAME: provider_name,
         }
         if model:
-            attributes["gen_ai.request.model"] = str(model)
+            attributes[semconv.GENAI_REQUEST_MODEL] = str(model)
         record_metrics(
             meter, INFERENCE_GROUP, attributes=attributes, request_duration=request_duration_s
         )
@@ -71,12 +66,11 @@ def record_inference_metrics(
                 record_metrics(
                     meter,
                     INFERENCE_GROUP,
-                    attributes={**attributes, "gen_ai.token.type": token_type},
+                    attributes={**attributes, semconv.GENAI_TOKEN_TYPE: token_type},
                     token_usage=count,
                 )
     except Exception as exc:  # never break the caller's request loop
-        warn_once(
-            GROUPS.get(INFERENCE_GROUP, UNREGISTERED),
+        GROUPS.get(INFERENCE_GROUP, UNREGISTERED).warnings.warn(
             ("inference", type(exc).__name__),
             "record_inference_metrics: skipped a request (%s: %s)",
             type(exc).__name__,

@@ -13,18 +13,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nemo.lens import _exporters, _fork, _resource
-from nemo.lens._id_generator import build_id_generator
-from nemo.lens._open_spans import OpenSpanTracker, build_open_span_closer
+from nemo.lens import _otel_env, _resource
+from nemo.lens._sdk import _exporters, _fork
+from nemo.lens._sdk._ids import build_id_generator
+from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
 from nemo.lens.config import NemoLensConfig
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.util.types import AttributeValue
 
-__all__ = ["Pipeline", "build_pipeline"]
 
 _logger = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ def build_pipeline(
     except ImportError as exc:
         raise ImportError(
             "setup_telemetry: an exporting process needs the OpenTelemetry SDK; "
-            f"{_exporters.SDK_HINT} ({exc})"
+            f"{_otel_env.install_hint(_otel_env.SDK_EXTRA)} ({exc})"
         ) from exc
 
     owner_pid = os.getpid()
@@ -78,7 +80,7 @@ def build_pipeline(
         caller_attributes=resource_attributes,
         forked_child=_fork.inherited_a_pipeline(),
     )
-    resource = _resource.build_resource(attributes)
+    resource = build_resource(attributes)
     pipeline = Pipeline(tracer_provider=None, meter_provider=None)
     try:
         if config.metrics_enabled:
@@ -86,7 +88,7 @@ def build_pipeline(
             if reader is None:
                 reader = _exporters.build_metric_reader(
                     config.exporter,
-                    _exporters.metric_export_interval_ms(),
+                    _otel_env.metric_export_interval_ms(),
                     pipeline.on_shutdown,
                 )
             pipeline.meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
@@ -109,6 +111,13 @@ def build_pipeline(
         raise
     _fork.note_pipeline_built()
     return pipeline
+
+
+def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:
+    """Return an SDK `Resource` of `attributes` over the SDK's own detection."""
+    from opentelemetry.sdk.resources import Resource
+
+    return Resource.create(dict(attributes))
 
 
 def _discard(pipeline: Pipeline) -> None:

@@ -10,21 +10,20 @@ processor is still running when those spans end and exports them.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Final
 
+from nemo.lens import _fork_hooks, semconv
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor
 
-__all__ = ["OpenSpanTracker", "build_open_span_closer"]
 
 _logger = logging.getLogger(__name__)
 
-TRUNCATED_ATTRIBUTE: Final = "nemo.span.truncated"
-TRUNCATED_EVENT: Final = "nemo.span.truncated"
-TRUNCATED_REASON_ATTRIBUTE: Final = "nemo.span.truncated.reason"
+# The event that marks a truncated span shares the attribute's name.
+TRUNCATED_EVENT: Final = semconv.NEMO_SPAN_TRUNCATED
 SHUTDOWN_REASON: Final = "telemetry shutdown while the span was open"
 
 
@@ -60,8 +59,8 @@ class OpenSpanTracker:
             try:
                 if not span.is_recording():
                     continue
-                span.set_attribute(TRUNCATED_ATTRIBUTE, True)
-                span.add_event(TRUNCATED_EVENT, {TRUNCATED_REASON_ATTRIBUTE: reason})
+                span.set_attribute(semconv.NEMO_SPAN_TRUNCATED, True)
+                span.add_event(TRUNCATED_EVENT, {semconv.NEMO_SPAN_TRUNCATED_REASON: reason})
                 span.end()
             except Exception as exc:  # one broken span must not keep the others open
                 _logger.warning(
@@ -110,4 +109,4 @@ def _forget_inherited_in_child() -> None:
         tracker.forget_inherited()
 
 
-os.register_at_fork(after_in_child=_forget_inherited_in_child)
+_fork_hooks.register("open spans", after_in_child=_forget_inherited_in_child)

@@ -14,7 +14,7 @@ import weakref
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["PrometheusEndpoint"]
+from nemo.lens import _fork_hooks
 
 _logger = logging.getLogger(__name__)
 
@@ -76,4 +76,4 @@ def _close_endpoints_in_child() -> None:
         endpoint.close_inherited_socket()
 
 
-os.register_at_fork(after_in_child=_close_endpoints_in_child)
+_fork_hooks.register("prometheus endpoint", after_in_child=_close_endpoints_in_child)

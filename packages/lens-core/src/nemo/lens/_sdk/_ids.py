@@ -13,10 +13,11 @@ import os
 import random
 from typing import TYPE_CHECKING
 
+from nemo.lens import _fork_hooks
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-__all__ = ["build_id_generator", "new_span_id", "new_trace_id"]
 
 # Seeded from os.urandom when created without a seed.
 _rng = random.Random()
@@ -62,4 +63,4 @@ def _reseed_in_child() -> None:
     _rng.seed(os.urandom(32))
 
 
-os.register_at_fork(after_in_child=_reseed_in_child)
+_fork_hooks.register("span ids", after_in_child=_reseed_in_child)

@@ -22,20 +22,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
+
+from nemo.lens import _fork_hooks, _otel_internals
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-__all__ = [
-    "bind_span_exporter_to_process",
-    "gate_metric_reader",
-    "inherited_a_pipeline",
-    "note_pipeline_built",
-]
 
 _logger = logging.getLogger(__name__)
 
@@ -68,8 +64,8 @@ def gate_metric_reader(reader: MetricReader, owner_pid: int) -> bool:
     point every reader, periodic, pull or in-memory, collects through). Returns False,
     leaving the reader as it was, on an SDK release without that callback.
     """
-    original: Callable[..., Any] | None = getattr(reader, "_collect", None)
-    if not callable(original):
+    original = _otel_internals.collect_callback(reader)
+    if original is None:
         _logger.warning(
             "this OpenTelemetry SDK gives %s no collection callback; a forked child of "
             "this process may export metric points its parent recorded",
@@ -83,7 +79,7 @@ def gate_metric_reader(reader: MetricReader, owner_pid: int) -> bool:
         with _gate:
             return original(*args, **kwargs)
 
-    reader._collect = collect_in_owner  # wraps the callback the MeterProvider installed
+    _otel_internals.replace_collect_callback(reader, collect_in_owner)
     return True
 
 
@@ -134,7 +130,8 @@ def _reset_in_child() -> None:
     _pipelines_built = 0
 
 
-os.register_at_fork(
+_fork_hooks.register(
+    "metric collection gate",
     before=_take_gate_before_fork,
     after_in_parent=_release_gate_in_parent,
     after_in_child=_reset_in_child,

@@ -1,0 +1,110 @@
+"""Every use lens makes of OpenTelemetry's private names, in one module.
+
+lens needs a few of them: the metrics proxy types (to skip a proxy with nothing behind it
+on the recording path), the reader's collection callback (to gate collections across
+`fork()`), and the API's set-once globals (so `nemo.lens.testing` can forget a provider).
+A release may rename any of these without notice, so `missing_internals()` lists those
+this install lacks; a test runs it in every cell of the OpenTelemetry matrix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+from collections.abc import Callable
+from typing import Any, Final
+
+from opentelemetry import trace as _trace_api
+from opentelemetry.metrics import _internal as _metrics_api
+
+#: (module, attribute) for every private module-level name lens reads or writes.
+MODULE_INTERNALS: Final = (
+    ("opentelemetry.metrics._internal", "_ProxyMeter"),
+    ("opentelemetry.metrics._internal", "_ProxyMeterProvider"),
+    ("opentelemetry.metrics._internal", "_METER_PROVIDER"),
+    ("opentelemetry.metrics._internal", "_METER_PROVIDER_SET_ONCE"),
+    ("opentelemetry.metrics._internal", "_PROXY_METER_PROVIDER"),
+    ("opentelemetry.trace", "_TRACER_PROVIDER"),
+    ("opentelemetry.trace", "_TRACER_PROVIDER_SET_ONCE"),
+    ("opentelemetry._logs._internal", "_LOGGER_PROVIDER"),
+    ("opentelemetry._logs._internal", "_LOGGER_PROVIDER_SET_ONCE"),
+    ("opentelemetry.util._once", "Once"),
+)
+#: Private instance attributes: a proxy meter's target, a metric reader's collect callback.
+PROXY_METER_TARGET: Final = "_real_meter"
+READER_COLLECT_CALLBACK: Final = "_collect"
+
+ProxyMeter: Final[type] = _metrics_api._ProxyMeter
+ProxyMeterProvider: Final[type] = _metrics_api._ProxyMeterProvider
+
+#: The meter a global proxy meter forwards to (None until an SDK provider is set).
+real_meter_of: Final = operator.attrgetter(PROXY_METER_TARGET)
+
+
+def missing_internals() -> list[str]:
+    """The private names this OpenTelemetry install lacks, as `module.attribute`."""
+    missing: list[str] = []
+    for module_name, attribute in MODULE_INTERNALS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            missing.append(f"{module_name} (module)")
+            continue
+        if not hasattr(module, attribute):
+            missing.append(f"{module_name}.{attribute}")
+    if not hasattr(ProxyMeter("nemo.lens.internals-check"), PROXY_METER_TARGET):
+        missing.append(f"opentelemetry.metrics._internal._ProxyMeter().{PROXY_METER_TARGET}")
+    return missing
+
+
+def collect_callback(reader: object) -> Callable[..., Any] | None:
+    """The collection callback a `MeterProvider` gave `reader`, or None."""
+    callback = getattr(reader, READER_COLLECT_CALLBACK, None)
+    return callback if callable(callback) else None
+
+
+def replace_collect_callback(reader: object, callback: Callable[..., Any]) -> None:
+    """Make `reader` collect through `callback` from now on."""
+    setattr(reader, READER_COLLECT_CALLBACK, callback)
+
+
+def provider_is_shut_down(provider: object) -> bool:
+    """True for an SDK provider that has already shut down (the SDK warns on a second one)."""
+    return getattr(provider, "_shutdown", False) is True
+
+
+def installed_global_providers() -> list[tuple[object, str]]:
+    """The tracer, meter and logger providers set globally (None where none was set)."""
+    from opentelemetry._logs import _internal as logs_api
+
+    return [
+        (_trace_api._TRACER_PROVIDER, "tracer provider"),
+        (_metrics_api._METER_PROVIDER, "meter provider"),
+        (logs_api._LOGGER_PROVIDER, "logger provider"),
+    ]
+
+
+def forget_global_tracer_provider() -> None:
+    """Forget the global tracer provider, so the next `set_tracer_provider` takes effect."""
+    from opentelemetry.util._once import Once
+
+    _trace_api._TRACER_PROVIDER = None
+    _trace_api._TRACER_PROVIDER_SET_ONCE = Once()
+
+
+def forget_global_meter_provider() -> None:
+    """Forget the global meter provider and the proxy that forwards to it for good."""
+    from opentelemetry.util._once import Once
+
+    _metrics_api._METER_PROVIDER = None
+    _metrics_api._METER_PROVIDER_SET_ONCE = Once()
+    _metrics_api._PROXY_METER_PROVIDER = _metrics_api._ProxyMeterProvider()
+
+
+def forget_global_logger_provider() -> None:
+    """Forget the global logger provider."""
+    from opentelemetry._logs import _internal as logs_api
+    from opentelemetry.util._once import Once
+
+    logs_api._LOGGER_PROVIDER = None
+    logs_api._LOGGER_PROVIDER_SET_ONCE = Once()

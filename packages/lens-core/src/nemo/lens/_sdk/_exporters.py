@@ -1,0 +1,105 @@
+"""The exporters `NemoLensConfig.exporter` names: `otlp`, `console` and `prometheus`.
+
+Exporters take no arguments from lens: endpoints, headers and timeouts are the SDK's
+business and come from the standard `OTEL_EXPORTER_OTLP_*` variables. lens only picks the
+transport (by the rules in `nemo.lens._otel_env`), builds the console's one-line JSON, and
+runs the Prometheus endpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from nemo.lens import _otel_env
+from nemo.lens._sdk._console import console_metric_exporter, console_span_exporter, current_stdout
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+_logger = logging.getLogger(__name__)
+
+
+def build_span_exporter(name: str) -> SpanExporter | None:
+    """The span exporter for exporter `name`; None for `prometheus` (a metrics-only pull)."""
+    if name == "otlp":
+        exporter: SpanExporter = _otlp_exporter("traces")
+        return exporter
+    if name == "console":
+        return console_span_exporter(current_stdout())
+    return None
+
+
+def build_metric_reader(
+    name: str, interval_ms: int, on_shutdown: list[Callable[[], None]]
+) -> MetricReader:
+    """The metric reader for exporter `name`.
+
+    `otlp` and `console` get a periodic reader every `interval_ms`; `prometheus` gets the
+    pull reader and an HTTP endpoint, whose stop function is appended to `on_shutdown`.
+    """
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    if name == "prometheus":
+        return _prometheus_reader(on_shutdown)
+    if name == "console":
+        metric_exporter: Any = console_metric_exporter(current_stdout())
+    else:
+        metric_exporter = _otlp_exporter("metrics")
+    return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=interval_ms)
+
+
+def _otlp_exporter(signal: str) -> Any:
+    """An OTLP exporter for `signal`, over the configured transport when it is installed."""
+    preferred, fallback = _otel_env.otlp_transports(signal)
+    hint = _otel_env.install_hint(_otel_env.SDK_EXTRA)
+    missing: list[str] = []
+    for transport in (preferred, fallback):
+        module_name = _otel_env.OTLP_EXPORTER_MODULES[(signal, transport)]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            missing.append(f"{module_name} ({exc})")
+            continue
+        if transport != preferred:
+            _logger.warning(
+                "OTLP %s: protocol %r asked for the %s exporter, which is not installed; "
+                "exporting over %s instead (%s)",
+                signal,
+                _otel_env.otlp_protocol(signal),
+                preferred,
+                transport,
+                hint,
+            )
+        return getattr(module, _otel_env.OTLP_EXPORTER_CLASSES[signal])()
+    raise ImportError(
+        f"setup_telemetry: exporter 'otlp' needs an OTLP {signal} exporter, and none is "
+        f"installed; {hint}. Tried: {'; '.join(missing)}"
+    )
+
+
+def _prometheus_reader(on_shutdown: list[Callable[[], None]]) -> MetricReader:
+    try:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import REGISTRY
+        from prometheus_client.exposition import MetricsHandler
+    except ImportError as exc:
+        raise ImportError(
+            f"setup_telemetry: exporter 'prometheus' needs opentelemetry-exporter-prometheus; "
+            f"{_otel_env.install_hint(_otel_env.PROMETHEUS_EXTRA)} ({exc})"
+        ) from exc
+    host, port = _otel_env.prometheus_address()
+    # Imported here: http.server is heavy, and only a Prometheus setup needs it.
+    from nemo.lens._sdk._prometheus import PrometheusEndpoint
+
+    endpoint = PrometheusEndpoint(host, port, MetricsHandler.factory(REGISTRY))
+    try:
+        reader = PrometheusMetricReader()
+    except BaseException:
+        endpoint.stop()
+        raise
+    on_shutdown.append(endpoint.stop)
+    return reader

@@ -118,3 +118,18 @@ def test_the_public_function_is_the_legacy_modules_function() -> None:
     import nemo.lens.instruments.rl as legacy
 
     assert legacy.record_rl_metrics is lens_compat_rl.record_rl_metrics
+
+
+def test_reset_all_re_arms_the_deprecation(pipeline: Any) -> None:
+    """The once-per-process warning is warn-once memory: nemo.lens.testing.reset_all()
+    forgets it, so a consumer's test can assert the deprecation again."""
+    from nemo.lens.testing import reset_all
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        record_rl_metrics(pipeline.meter, reward_mean=1.0)  # the fixture marked it issued
+        assert _deprecations(caught) == []
+        reset_all()
+        record_rl_metrics(pipeline.meter, reward_mean=2.0)
+        record_rl_metrics(pipeline.meter, reward_mean=3.0)
+    assert len(_deprecations(caught)) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,13 +60,17 @@ def test_hooks_run_in_order_before_and_in_reverse_after() -> None:
     """before runs in the table's order, both after phases in reverse, whatever the
     registration order."""
     calls: list[str] = []
+
+    def noting(text: str) -> Callable[[], None]:
+        return lambda: calls.append(text)
+
     hooks = ForkHooks(("first", "second", "third"))
     for name in ("third", "first", "second"):
         hooks.register(
             name,
-            before=lambda name=name: calls.append(f"before {name}"),
-            after_in_parent=lambda name=name: calls.append(f"parent {name}"),
-            after_in_child=lambda name=name: calls.append(f"child {name}"),
+            before=noting(f"before {name}"),
+            after_in_parent=noting(f"parent {name}"),
+            after_in_child=noting(f"child {name}"),
         )
     hooks.run_before()
     hooks.run_after_in_parent()

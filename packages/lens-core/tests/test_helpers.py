@@ -401,7 +401,9 @@ def test_nested_spans_parent_correctly(spans: InMemorySpans) -> None:
         "sibling": "job",
     }
     for child, parent in expected_parent.items():
-        assert by_name[child].parent.span_id == by_name[parent].context.span_id
+        parent_context = by_name[child].parent
+        assert parent_context is not None
+        assert parent_context.span_id == by_name[parent].context.span_id
     assert len({span.context.trace_id for span in by_name.values()}) == 1
     assert spans.names() == ["inner", "fwd_bwd", "step", "sibling", "job"]
 

@@ -212,3 +212,50 @@ def test_nemo_lens_does_not_import_testing() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+class _BrokenSpan:
+    """A span whose every call raises, as a broken tracer's would."""
+
+    def is_recording(self) -> bool:
+        raise RuntimeError("broken span")
+
+
+def _warn_on_every_recording_path() -> None:
+    """Trigger one warn-once warning on each recording path lens has."""
+    if "g" not in registered_metric_groups():
+        register_metric_group("g", [MetricSpec("loss", "g.loss")])
+    pipeline = lens_testing.in_memory_metrics()
+    record_metrics(pipeline.meter, "g", lsos=1.0)  # an undeclared key
+    record_metrics(pipeline.meter, "nope", loss=1.0)  # an unregistered group
+    pipeline.shutdown()
+    from nemo.lens.helpers import safe_set_span_attributes
+    from nemo.lens.propagation import inject_context
+
+    safe_set_span_attributes(_BrokenSpan(), {"a": 1})  # type: ignore[arg-type]
+    spans = lens_testing.in_memory_spans()
+    with spans.tracer.start_as_current_span("s"):
+        inject_context(())  # type: ignore[arg-type]  # a carrier that cannot be written
+    spans.shutdown()
+    set_span_group_spec("nothing_registered")  # the span-group spec names nothing known
+    # Registered after groups were chosen (again: replacing the namespace).
+    SpanRegistry.register("late", ["late_group"], allow_override=True)
+
+
+def test_reset_all_forgets_every_warning_memory(caplog: pytest.LogCaptureFixture) -> None:
+    """Each recording path warns once; after reset_all() each warns again."""
+    _warn_on_every_recording_path()
+    first = [record.getMessage() for record in caplog.records]
+    assert any("'lsos' is not declared" in message for message in first)
+    assert any("'nope' is not registered" in message for message in first)
+    assert any("safe_set_span_attributes failed" in message for message in first)
+    assert any("inject_context failed" in message for message in first)
+    assert any("selects no span group" in message for message in first)
+    assert any("'late' registered after" in message for message in first)
+    caplog.clear()
+    _warn_on_every_recording_path()
+    assert caplog.records == []  # every memory still holds its key: silence
+    caplog.clear()
+    lens_testing.reset_all(clear_span_registry=True)
+    _warn_on_every_recording_path()
+    assert sorted(record.getMessage() for record in caplog.records) == sorted(first)

@@ -222,26 +222,26 @@ class _Training:
         self.completed = 0
 
     def run(self) -> None:
-        from nemo.lens import managed_span, record_metrics
+        from nemo.lens import managed_span, record_metrics, semconv
 
         tracer, meter = self.handle.tracer, self.handle.meter
         steps, pause = self.args.steps, self.args.interval
         tokens_total = 0
         buffer_size = 0
         with managed_span(
-            "job", "rl.job", tracer=tracer, **{"rl.algorithm": "grpo", "demo.steps": steps}
+            "job", "rl.job", tracer=tracer, **{semconv.RL_ALGORITHM: "grpo", "demo.steps": steps}
         ):
             for result in simulate(steps, seed=self.args.seed):
                 with managed_span(
-                    "step", "rl.step", tracer=tracer, **{"dl.iteration": result.step}
+                    "step", "rl.step", tracer=tracer, **{semconv.DL_ITERATION: result.step}
                 ):
                     with managed_span(
                         "step",
                         "rl.generate",
                         tracer=tracer,
                         **{
-                            "rl.num_rollouts": len(result.generation_durations_ms),
-                            "rl.generation.backend": "simulated",
+                            semconv.RL_NUM_ROLLOUTS: len(result.generation_durations_ms),
+                            semconv.RL_GENERATION_BACKEND: "simulated",
                         },
                     ):
                         time.sleep(pause * 0.7)

@@ -1,0 +1,61 @@
+"""The OpenTelemetry private names lens relies on exist in the installed release.
+
+This runs in every cell of the OpenTelemetry matrix, so an upgrade that renames one fails
+here, naming it, instead of silently disabling what lens built on it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import metrics
+
+from nemo.lens import _otel_internals
+from nemo.lens.testing import in_memory_metrics, reset_otel_globals
+
+
+def test_every_private_module_name_is_present() -> None:
+    """missing_internals() is empty: each (module, attribute) lens reads or writes exists."""
+    assert _otel_internals.missing_internals() == []
+
+
+def test_a_metric_reader_has_the_collect_callback_lens_gates() -> None:
+    """A reader attached to an SDK MeterProvider exposes the callback lens wraps at fork."""
+    pytest.importorskip("opentelemetry.sdk.metrics")
+    pipeline = in_memory_metrics()
+    try:
+        assert _otel_internals.collect_callback(pipeline.reader) is not None
+    finally:
+        pipeline.shutdown()
+
+
+def test_the_global_proxy_meter_forwards_through_the_target_lens_reads() -> None:
+    """After an SDK provider is installed, a global proxy meter's target is its real meter."""
+    pytest.importorskip("opentelemetry.sdk.metrics")
+    reset_otel_globals()
+    try:
+        proxy = metrics.get_meter("nemo.lens.tests")
+        assert type(proxy) is _otel_internals.ProxyMeter
+        assert _otel_internals.real_meter_of(proxy) is None
+        pipeline = in_memory_metrics()
+        metrics.set_meter_provider(pipeline.provider)
+        assert type(_otel_internals.real_meter_of(proxy)).__module__.startswith(
+            "opentelemetry.sdk.metrics"
+        )
+        pipeline.shutdown()
+    finally:
+        reset_otel_globals()
+
+
+def test_forgetting_a_global_provider_lets_the_next_one_take_effect() -> None:
+    """forget_global_meter_provider() undoes the API's set-once, so a new provider is used."""
+    pytest.importorskip("opentelemetry.sdk.metrics")
+    reset_otel_globals()
+    try:
+        first = in_memory_metrics(install=True)
+        assert metrics.get_meter_provider() is first.provider
+        second = in_memory_metrics(install=True)
+        assert metrics.get_meter_provider() is second.provider
+        first.shutdown()
+        second.shutdown()
+    finally:
+        reset_otel_globals()

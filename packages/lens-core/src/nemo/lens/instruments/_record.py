@@ -16,7 +16,13 @@ from typing import Any, Final
 
 from opentelemetry.metrics import NoOpMeter
 
-from nemo.lens._attributes import EXACT_SCALAR_TYPES, attribute_key, attribute_value
+from nemo.lens._attributes import (
+    INT64_MAX,
+    INT64_MIN,
+    attribute_key,
+    attribute_value,
+    is_encodable,
+)
 from nemo.lens._otel_internals import ProxyMeter, real_meter_of
 from nemo.lens.instruments import _registry
 from nemo.lens.instruments._registry import GROUPS, UNREGISTERED, Emitter, MeterCache, MetricGroup
@@ -331,7 +337,16 @@ def _clean_attributes(state: MetricGroup, attributes: object) -> Mapping[str, ob
     if type(attributes) is dict:
         # The common case: every entry already valid, so pass the caller's dict as is.
         for key, value in attributes.items():
-            if type(key) is not str or not key or type(value) not in EXACT_SCALAR_TYPES:
+            if type(key) is not str or not key or not key.isascii():
+                break
+            value_type = type(value)
+            if value_type is str:
+                if not value.isascii():  # maybe a lone surrogate: the slow path checks
+                    break
+            elif value_type is int:
+                if not INT64_MIN <= value <= INT64_MAX:
+                    break
+            elif value_type is not float and value_type is not bool:
                 break
         else:
             return attributes
@@ -351,13 +366,25 @@ def _clean_attributes(state: MetricGroup, attributes: object) -> Mapping[str, ob
     except Exception:
         entries = []
         dropped.append("<unreadable mapping>")
+    replaced: list[str] = []
     for key, value in entries:
         clean_key = attribute_key(key)
         clean_value = attribute_value(value)
         if clean_key is not None and clean_value is not None:
             cleaned[clean_key] = clean_value
+            if not _is_encodable_entry(key, value):
+                replaced.append(clean_key)
         else:
             dropped.append(_safe_repr(key))
+    if replaced:
+        state.warnings.warn(
+            ("attributes", "replaced"),
+            "record_metrics: attributes %s for group %r held characters that cannot be "
+            "encoded (lone surrogates, as os.fsdecode gives for undecodable bytes); each "
+            "was replaced by U+FFFD",
+            ", ".join(replaced),
+            state.name,
+        )
     if dropped:
         state.warnings.warn(
             ("attributes", "entry"),
@@ -368,3 +395,9 @@ def _clean_attributes(state: MetricGroup, attributes: object) -> Mapping[str, ob
             state.name,
         )
     return cleaned
+
+
+def _is_encodable_entry(key: object, value: object) -> bool:
+    """False when the key, or a str in the value, needed a character replaced."""
+    texts = [key, *(value if isinstance(value, (list, tuple)) else (value,))]
+    return all(is_encodable(text) for text in texts if isinstance(text, str))

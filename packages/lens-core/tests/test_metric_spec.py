@@ -104,3 +104,10 @@ def test_refuses_non_string_fields_with_type_error(field: str) -> None:
     arguments: dict[str, object] = {"key": "k", "name": "n", field: 3}
     with pytest.raises(TypeError, match=rf"MetricSpec\.{field} must be a str"):
         MetricSpec(**arguments)  # type: ignore[arg-type]
+
+
+def test_a_description_that_cannot_be_encoded_is_refused() -> None:
+    """A lone surrogate in the description (os.fsdecode of bad bytes) fails at declaration."""
+    with pytest.raises(ValueError, match=r"MetricSpec\.description .* lone surrogates"):
+        MetricSpec("loss", "train.loss", description="from shard-\udcff")
+    assert MetricSpec("loss", "train.loss", description="naïve ✓").description == "naïve ✓"

@@ -167,3 +167,20 @@ def test_otel_resource_attributes_sit_beneath_lens_keys(monkeypatch: pytest.Monk
     assert resource.attributes["team"] == "ml"
     assert resource.attributes["service.name"] == "svc"
     assert resource.attributes["telemetry.sdk.language"] == "python"
+
+
+def test_undecodable_environment_values_become_encodable() -> None:
+    """Lone surrogates from undecodable environment bytes are replaced by U+FFFD, and the
+    SDK resource built from them encodes (it would poison every export otherwise)."""
+    undecodable = os.fsdecode(b"job-\xff")
+    found = attributes(
+        run_id=undecodable,
+        environ={"SLURM_JOB_ID": "7", "SLURM_JOB_NAME": undecodable, "DEPLOYMENT_ENV": undecodable},
+        caller_attributes={"team": undecodable},
+    )
+    for key in ("nemo.run.id", "slurm.job.name", "deployment.environment", "team"):
+        assert found[key] == "job-\ufffd"
+    assert found["service.instance.id"].startswith("job-\ufffd-")
+    for value in found.values():
+        if isinstance(value, str):
+            value.encode("utf-8")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from nemo.lens import semconv
-from nemo.lens._attributes import attribute_key, attribute_value
+from nemo.lens._attributes import attribute_key, attribute_value, encodable_text
 from nemo.lens.version import __version__
 
 if TYPE_CHECKING:
@@ -103,6 +103,11 @@ def resource_attributes(
     attributes[semconv.PROCESS_PID] = os.getpid()
     attributes.update(_detect_slurm(env))
     attributes.update(_detect_kubernetes(env, filesystem_root))
+    # Environment values can hold lone surrogates (undecodable bytes); the SDK would fail
+    # to encode every export under such a resource, so they pass the attribute rule too.
+    for key, found in attributes.items():
+        if isinstance(found, str):
+            attributes[key] = encodable_text(found)
     attributes.update(caller)
     return attributes
 

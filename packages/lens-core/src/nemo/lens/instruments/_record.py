@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import numbers
 import sys
+import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from opentelemetry.metrics import NoOpMeter
@@ -26,13 +27,11 @@ from nemo.lens._attributes import (
 from nemo.lens._otel_internals import ProxyMeter, real_meter_of
 from nemo.lens.instruments import _registry
 from nemo.lens.instruments._registry import GROUPS, UNREGISTERED, Emitter, MeterCache, MetricGroup
-from nemo.lens.instruments._spec import METRIC_KINDS, NON_NEGATIVE_KINDS
+from nemo.lens.instruments._spec import METRIC_KINDS, NON_NEGATIVE_KINDS, SUM_KINDS
 
 # The largest int that converts to a float without OverflowError.
-_INT_LIMIT: Final = int(sys.float_info.max)
+_FLOAT_INT_LIMIT: Final = int(sys.float_info.max)
 _INFINITY: Final = math.inf
-# The smallest value each kind accepts: finite for all, and >= 0 for some.
-_LOWEST_FINITE: Final = -sys.float_info.max
 
 
 def record_metrics(
@@ -99,13 +98,15 @@ def record_metrics(
                     continue
                 emit, lowest = entry
             # One chained comparison per value: it fails for NaN, infinities, values
-            # below the kind's floor and ints too large for a float.
+            # below the kind's floor and ints outside int64 (what OTLP carries); the slow
+            # path sorts out which of those can still be recorded.
             value_type = type(value)
             if value_type is float:
                 if not lowest <= value < _INFINITY:
-                    _reject_float(state, key, value)
-                    continue
-            elif value_type is not int or not lowest <= value <= _INT_LIMIT:
+                    value = _float_outside_fast_range(state, key, value, lowest)
+                    if value is None:
+                        continue
+            elif value_type is not int or not lowest <= value <= INT64_MAX:
                 if value is None:
                     continue
                 value = _coerce(state, key, value, lowest)
@@ -272,7 +273,10 @@ def _create_emitter(
                 cache.failed.add(spec.key)
                 error = exc
             else:
-                lowest = 0.0 if spec.kind in NON_NEGATIVE_KINDS else _LOWEST_FINITE
+                # The floor is also the fast path's int64 bound for signed kinds.
+                lowest = 0 if spec.kind in NON_NEGATIVE_KINDS else INT64_MIN
+                if spec.kind in SUM_KINDS:
+                    emit = _Int64Sum(emit, _sum_warning(state, spec.key))
                 entry = cache.emitters[spec.key] = (emit, lowest)
     if error is not None:
         state.warnings.warn(
@@ -289,15 +293,26 @@ def _create_emitter(
     return entry
 
 
-def _reject_float(state: MetricGroup, key: str, value: float) -> None:
-    if value - value == 0.0:
-        _warn_value(state, key, value, "this kind only accepts values >= 0")
-    else:
+def _float_outside_fast_range(
+    state: MetricGroup, key: str, value: float, lowest: int
+) -> float | None:
+    """A float the fast path did not pass: recordable if finite and above the kind's floor
+    (a signed kind's fast-path floor is int64's, which finite floats may pass)."""
+    if value - value != 0.0:
         _warn_value(state, key, value, "it is not finite")
+        return None
+    if lowest == 0 and value < 0:
+        _warn_value(state, key, value, "this kind only accepts values >= 0")
+        return None
+    return value
 
 
-def _coerce(state: MetricGroup, key: str, value: object, lowest: float) -> int | float | None:
-    """Turn any accepted real number into a Python int or float, or warn and give None."""
+def _coerce(state: MetricGroup, key: str, value: object, lowest: int) -> int | float | None:
+    """Turn any accepted real number into a Python int or float, or warn and give None.
+
+    An integer outside int64 (`2**63`, `numpy.uint64(2**64 - 1)`) becomes a float: OTLP
+    carries integers as int64, and one such int would make every export of the batch fail.
+    """
     reason = "it is not a real number"
     try:
         number: int | float
@@ -305,13 +320,13 @@ def _coerce(state: MetricGroup, key: str, value: object, lowest: float) -> int |
             reason = "bool is not accepted as a number"
         elif isinstance(value, numbers.Real):
             number = int(value) if isinstance(value, numbers.Integral) else float(value)
-            if not -_INT_LIMIT <= number <= _INT_LIMIT:
-                reason = (
-                    "it is not finite"
-                    if isinstance(number, float)
-                    else "it is too large to convert to a float"
+            if isinstance(number, int) and not INT64_MIN <= number <= INT64_MAX:
+                number = (
+                    float(number) if -_FLOAT_INT_LIMIT <= number <= _FLOAT_INT_LIMIT else _INFINITY
                 )
-            elif number < lowest:
+            if number - number != 0:
+                reason = "it is not finite, or too large for a float"
+            elif lowest == 0 and number < 0:
                 reason = "this kind only accepts values >= 0"
             else:
                 return number
@@ -319,6 +334,53 @@ def _coerce(state: MetricGroup, key: str, value: object, lowest: float) -> int |
         reason = f"converting it failed ({type(exc).__name__})"
     _warn_value(state, key, value, reason)
     return None
+
+
+class _Int64Sum:
+    """A counter's `add` that keeps the running int sum inside int64.
+
+    The SDK sums the ints it is given; once a sum passes int64, every export of every
+    group fails to encode. This tracks a bound on the sum (the total of the magnitudes
+    added, over all attribute sets) and, once adding a value would pass int64, hands that
+    and every later value to the SDK as a float, which turns the sum into a double: the
+    series stays exportable and loses nothing but integer precision beyond 2**53.
+    """
+
+    __slots__ = ("_add", "_as_float", "_lock", "_total", "_warn")
+
+    def __init__(self, add: Callable[..., object], warn: Callable[[], None]) -> None:
+        self._add = add
+        self._warn = warn
+        self._total = 0
+        self._as_float = False
+        self._lock = threading.Lock()
+
+    def __call__(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
+        if type(value) is int and not self._as_float:
+            with self._lock:
+                total = self._total + (value if value >= 0 else -value)
+                if total > INT64_MAX:
+                    self._as_float = True
+                else:
+                    self._total = total
+            if self._as_float:
+                self._warn()
+        if self._as_float:
+            value = float(value)
+        self._add(value, attributes)
+
+
+def _sum_warning(state: MetricGroup, key: str) -> Callable[[], None]:
+    def warn() -> None:
+        state.warnings.warn(
+            ("int64-sum", key),
+            "record_metrics: the running sum of key %r of group %r would pass int64, which "
+            "OTLP cannot carry; its values are recorded as floats from now on",
+            key,
+            state.name,
+        )
+
+    return warn
 
 
 def _warn_value(state: MetricGroup, key: str, value: object, reason: str) -> None:

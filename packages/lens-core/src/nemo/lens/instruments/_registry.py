@@ -20,7 +20,7 @@ from nemo.lens.instruments._spec import MetricSpec
 
 _logger = logging.getLogger(__name__)
 
-Emitter: TypeAlias = tuple[Callable[..., object], float]
+Emitter: TypeAlias = tuple[Callable[..., object], int]
 
 
 class MeterCache:
@@ -31,7 +31,7 @@ class MeterCache:
     def __init__(self, ref: Any) -> None:
         self.ref = ref
         #: key -> its instrument's record method (`set`, `add` or `record`) and the
-        #: lowest value its kind accepts.
+        #: lowest value its kind accepts on the fast path (0, or int64's minimum).
         self.emitters: dict[str, Emitter] = {}
         #: keys whose instrument could not be created on this meter.
         self.failed: set[str] = set()

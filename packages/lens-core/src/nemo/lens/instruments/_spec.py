@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from nemo.lens._attributes import is_encodable
 from nemo.lens.errors import LensTypeError, LensValueError
 
 #: Every kind a spec may declare, mapped to the Meter method that creates it and the
@@ -18,6 +19,8 @@ METRIC_KINDS: Final[dict[str, tuple[str, str]]] = {
 }
 #: Kinds whose instruments only accept values >= 0.
 NON_NEGATIVE_KINDS: Final = frozenset({"counter", "histogram"})
+#: Kinds the SDK sums (so an int sum can outgrow int64).
+SUM_KINDS: Final = frozenset({"counter", "up_down_counter"})
 
 # The OpenTelemetry instrument-name syntax: an ASCII letter, then up to 254 letters,
 # digits, "_", ".", "-" or "/".
@@ -77,6 +80,12 @@ class MetricSpec:
         if self.kind not in METRIC_KINDS:
             raise LensValueError(
                 f"MetricSpec.kind {self.kind!r} is not accepted; use one of {sorted(METRIC_KINDS)}"
+            )
+        if not is_encodable(self.description):
+            raise LensValueError(
+                f"MetricSpec.description {self.description!r} is not accepted: it holds lone "
+                "surrogates (undecodable bytes), which no exporter can encode; pass text "
+                "that encodes as UTF-8"
             )
         if not self.unit.isascii() or len(self.unit) > _MAX_UNIT_LENGTH:
             raise LensValueError(

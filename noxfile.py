@@ -118,6 +118,7 @@ for name, version in found or [("opentelemetry-*", "none installed")]:
 
 nox.options.sessions = [
     "tests",
+    "soak",
     "compat",
     "compat-editable",
     "minimums",
@@ -187,6 +188,12 @@ def docs(session: nox.Session) -> None:
     run_docs_build(session)
 
 
+@nox.session(python=NEWEST_PYTHON, tags=["latest"])
+def soak(session: nox.Session) -> None:
+    """The long reliability runs (`soak` marker), once, on the newest Python and OTel."""
+    run_soak_tests(session)
+
+
 @nox.session(python=NEWEST_PYTHON)
 def bench(session: nox.Session) -> None:
     """Speed figures, as ratios against baselines measured in the same run."""
@@ -247,12 +254,16 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
         stale.unlink()
     test_paths = ("packages/lens-core/tests", "tests")
     session.run(
-        "coverage", "run", "-m", "pytest", "-m", "not fork", *test_paths, *session.posargs,
+        "coverage", "run", "-m", "pytest", "-m", "not fork and not soak", *test_paths,
+        *session.posargs,
         env=env,
     )  # fmt: skip
     # A child forked while another thread holds coverage's own tracer lock hangs inside
     # coverage, so the tests that fork run untraced.
-    session.run("python", "-m", "pytest", "-m", "fork", *test_paths, *session.posargs, env=env)
+    session.run(
+        "python", "-m", "pytest", "-m", "fork and not soak", *test_paths, *session.posargs,
+        env=env,
+    )  # fmt: skip
     if check_coverage:
         # Maps a wheel's site-packages paths onto the source tree ([tool.coverage.paths]).
         session.run("coverage", "combine", "-q", env=env)
@@ -261,6 +272,17 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
                 "coverage", "report", f"--include={include}", f"--fail-under={floor}",
                 env=env,
             )  # fmt: skip
+
+
+def run_soak_tests(session: nox.Session) -> None:
+    """lens-core[all] editable at the newest OpenTelemetry; only the `soak` tests, untraced."""
+    session.install("-e", f"{CORE}[all]", *otel_pins(OTEL_LATEST), *group("test"))
+    show_versions(session)
+    session.run(
+        "python", "-m", "pytest", "-m", "soak", "packages/lens-core/tests", "tests",
+        *session.posargs,
+        env={"LENS_TEST_SHIM": "absent", "LENS_TEST_INSTALL": "editable"},
+    )  # fmt: skip
 
 
 @contextmanager
@@ -351,7 +373,7 @@ def run_minimum_dependency_tests(session: nox.Session) -> None:
     else:
         session.run("python", "-m", "pip", "check")
     session.run(
-        "python", "-m", "pytest", "packages/lens-core/tests", *session.posargs,
+        "python", "-m", "pytest", "-m", "not soak", "packages/lens-core/tests", *session.posargs,
         env={"LENS_TEST_INSTALL": "editable"},
     )  # fmt: skip
 

@@ -59,3 +59,16 @@ def test_forgetting_a_global_provider_lets_the_next_one_take_effect() -> None:
         second.shutdown()
     finally:
         reset_otel_globals()
+
+
+def test_a_meter_shares_its_providers_measurement_consumer() -> None:
+    """The fork rule tells a parent's meters apart by the consumer they share with their
+    provider: both attributes exist, and they are the same object."""
+    pytest.importorskip("opentelemetry.sdk.metrics")
+    pipeline = in_memory_metrics()
+    try:
+        consumer = _otel_internals.provider_consumer(pipeline.provider)
+        assert consumer is not None
+        assert _otel_internals.meter_consumer(pipeline.meter) is consumer
+    finally:
+        pipeline.shutdown()

@@ -130,5 +130,13 @@ def get_tracer(name: str = "nemo.lens") -> trace.Tracer:
 
 
 def get_meter(name: str = "nemo.lens") -> metrics.Meter:
-    """Return `metrics.get_meter(name)` from the global meter provider current now."""
-    return metrics.get_meter(name)
+    """Return `metrics.get_meter(name)` from the global meter provider current now.
+
+    In a process forked from one that had that global provider, its SDK locks may be held
+    for good, so the meter comes from this process's own `setup_telemetry` instead, or is a
+    no-op meter until there is one (see `docs/exporters.md`, "Forked children").
+    """
+    from nemo.lens import _inheritance  # a small module; kept off `import nemo.lens`
+
+    instead = _inheritance.meter_instead_of_global(name)
+    return metrics.get_meter(name) if instead is None else instead

@@ -34,6 +34,8 @@ FORK_ORDER: Final = (
     "span registry lock",
     "metric registry lock",
     "export strategy lock",
+    # Attribute reads only: which providers the child must not record through.
+    "inherited meters",
     # Child-only hooks: nothing here takes a lock.
     "setup guard",
     "inherited instruments",

@@ -30,9 +30,11 @@ MODULE_INTERNALS: Final = (
     ("opentelemetry._logs._internal", "_LOGGER_PROVIDER_SET_ONCE"),
     ("opentelemetry.util._once", "Once"),
 )
-#: Private instance attributes: a proxy meter's target, a metric reader's collect callback.
+#: Private instance attributes: a proxy meter's target, a metric reader's collect callback,
+#: and the measurement consumer an SDK meter shares with the provider that made it.
 PROXY_METER_TARGET: Final = "_real_meter"
 READER_COLLECT_CALLBACK: Final = "_collect"
+MEASUREMENT_CONSUMER: Final = "_measurement_consumer"
 
 ProxyMeter: Final[type] = _metrics_api._ProxyMeter
 ProxyMeterProvider: Final[type] = _metrics_api._ProxyMeterProvider
@@ -66,6 +68,21 @@ def collect_callback(reader: object) -> Callable[..., Any] | None:
 def replace_collect_callback(reader: object, callback: Callable[..., Any]) -> None:
     """Make `reader` collect through `callback` from now on."""
     setattr(reader, READER_COLLECT_CALLBACK, callback)
+
+
+def meter_consumer(meter: object) -> Any:
+    """The measurement consumer of an SDK meter (shared with its provider), or None."""
+    return getattr(meter, MEASUREMENT_CONSUMER, None)
+
+
+def provider_consumer(provider: object) -> Any:
+    """The measurement consumer of an SDK meter provider, or None (also for None)."""
+    return getattr(provider, MEASUREMENT_CONSUMER, None)
+
+
+def global_meter_provider() -> object | None:
+    """The meter provider set globally, or None while only the API's proxy is there."""
+    return _metrics_api._METER_PROVIDER
 
 
 def provider_is_shut_down(provider: object) -> bool:

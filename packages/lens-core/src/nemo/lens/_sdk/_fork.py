@@ -14,7 +14,8 @@ there would send the parent's points a second time under the parent's name. So:
   collection gate, which `fork()` takes first, so the SDK's reader thread is never
   halfway through a collection (holding storage locks) when the child is created.
 - The child may call `setup_telemetry` to start a pipeline of its own (the init guard is
-  per process); that pipeline's `service.instance.id` carries the child's pid.
+  per process); that pipeline's `service.instance.id` carries the child's pid. Which
+  providers a child inherited is `nemo.lens._inheritance`'s to know.
 """
 
 from __future__ import annotations
@@ -42,19 +43,6 @@ FORK_GATE_TIMEOUT_S: Final = 5.0
 # callback that itself collects cannot deadlock.
 _gate = threading.RLock()
 _gate_held_for_fork = False
-_pipelines_built = 0
-_inherited = False
-
-
-def note_pipeline_built() -> None:
-    """Record that this process built a pipeline (its forked children inherit one)."""
-    global _pipelines_built
-    _pipelines_built += 1
-
-
-def inherited_a_pipeline() -> bool:
-    """True in a process forked (directly or not) from one that had built a pipeline."""
-    return _inherited
 
 
 def gate_metric_reader(reader: MetricReader, owner_pid: int) -> bool:
@@ -123,11 +111,9 @@ def _release_gate_in_parent() -> None:
 
 
 def _reset_in_child() -> None:
-    global _gate, _gate_held_for_fork, _inherited, _pipelines_built
+    global _gate, _gate_held_for_fork
     _gate = threading.RLock()
     _gate_held_for_fork = False
-    _inherited = _inherited or _pipelines_built > 0
-    _pipelines_built = 0
 
 
 _fork_hooks.register(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nemo.lens import _otel_env, _resource
+from nemo.lens import _inheritance, _otel_env, _resource
 from nemo.lens._sdk import _exporters, _fork
 from nemo.lens._sdk._ids import build_id_generator
 from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
@@ -78,7 +78,7 @@ def build_pipeline(
         rank=rank,
         world_size=world_size,
         caller_attributes=resource_attributes,
-        forked_child=_fork.inherited_a_pipeline(),
+        forked_child=_inheritance.inherited_a_pipeline(),
     )
     resource = build_resource(attributes)
     pipeline = Pipeline(tracer_provider=None, meter_provider=None)
@@ -109,7 +109,7 @@ def build_pipeline(
     except BaseException:
         _discard(pipeline)
         raise
-    _fork.note_pipeline_built()
+    _inheritance.note_pipeline_built(pipeline.meter_provider)
     return pipeline
 
 

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from opentelemetry.metrics import NoOpMeter
 
+from nemo.lens import _inheritance
 from nemo.lens._attributes import (
     INT64_MAX,
     INT64_MIN,
@@ -175,10 +176,16 @@ def _attach(state: MetricGroup, meter: Any) -> MeterCache | None:
             usable = False
             reason = f"looking up its create methods failed ({type(exc).__name__}: {exc})"
         if usable:
+            # In a forked child, a meter of a provider the parent had is never recorded
+            # through (its SDK locks may be held for good); see nemo.lens._inheritance.
+            inherited = _inheritance.is_inherited_meter(meter)
+            if not inherited:
+                _inheritance.note_meter(meter)
             with _registry.lock:
                 cache = meters.get(meter_id)
                 if cache is None:
                     cache = meters[meter_id] = MeterCache(ref)
+                    cache.inherited = inherited
             return cache
     state.warnings.warn(
         ("meter", type(meter).__qualname__),
@@ -252,10 +259,11 @@ def _create_emitter(
     if cache.inherited:
         state.warnings.warn(
             ("inherited", type(meter).__qualname__),
-            "record_metrics: this process was forked from one that recorded group %r on "
-            "this meter; a child does not record through its parent's instruments (they "
-            "may be locked, and are not exported from here). Call setup_telemetry in the "
-            "child and record through its handle.",
+            "record_metrics: this process was forked from one that had this meter's "
+            "provider, so group %r is not recorded on it here: a child never records "
+            "through its parent's SDK objects (their locks may be held for good, and they "
+            "export nothing from here). Call setup_telemetry in the child and record "
+            "through its handle.",
             state.name,
         )
         return None

@@ -1,0 +1,139 @@
+"""What a forked child inherited from its parent, so lens never touches it there.
+
+A child forked while parent threads record (a data-loader worker) inherits the SDK's
+locks in whatever state those threads left them: a lock held at the fork stays held in
+the child for good. So in a child lens never records through a meter whose provider
+existed in the parent. It cannot ask a meter which process made it, so before every fork
+it notes every provider the child could reach: the ones lens built, the global one, and
+those of every meter lens has recorded on. A meter of one of those is "inherited":
+`record_metrics` skips it with one warning, and `nemo.lens.get_meter()` returns the meter of
+the child's own setup (or a no-op meter) instead of one from the inherited global provider.
+
+A provider is known by its measurement consumer, the object its meters share (the one
+thing a meter keeps of its provider; see `nemo.lens._otel_internals`).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any
+
+from opentelemetry import metrics
+
+from nemo.lens import _fork_hooks, _otel_internals
+from nemo.lens._warn_once import WarnOnce
+
+_logger = logging.getLogger(__name__)
+_warnings = WarnOnce(_logger, "nemo.lens.get_meter")
+
+# Providers lens built in this process, oldest first (weakly: a discarded one may go).
+_own_providers: list[weakref.ReferenceType[Any]] = []
+# Consumers of every meter lens recorded on in this process.
+_seen_consumers: weakref.WeakSet[Any] = weakref.WeakSet()
+# Consumers this process inherited from its parent (and theirs), and the snapshot a fork
+# in progress hands to its child.
+_inherited_consumers: weakref.WeakSet[Any] = weakref.WeakSet()
+_at_fork: weakref.WeakSet[Any] = weakref.WeakSet()
+_pipelines_built = 0
+_inherited_pipeline = False
+
+
+def note_pipeline_built(meter_provider: object | None) -> None:
+    """Record that this process built a pipeline (and its meter provider, if any)."""
+    global _pipelines_built
+    _pipelines_built += 1
+    if meter_provider is not None:
+        _own_providers.append(weakref.ref(meter_provider))
+
+
+def note_meter(meter: object) -> None:
+    """Record that lens records on `meter` in this process (a fork's child will not)."""
+    consumer = _otel_internals.meter_consumer(meter)
+    if consumer is not None:
+        _seen_consumers.add(consumer)
+
+
+def inherited_a_pipeline() -> bool:
+    """True in a process forked (directly or not) from one that had built a pipeline."""
+    return _inherited_pipeline
+
+
+def is_inherited_meter(meter: object) -> bool:
+    """True when `meter` belongs to a provider this process inherited from its parent."""
+    if not _inherited_consumers:  # every process that never forked from an exporting one
+        return False
+    consumer = _otel_internals.meter_consumer(meter)
+    return consumer is not None and consumer in _inherited_consumers
+
+
+def own_meter_provider() -> Any:
+    """The newest meter provider lens built in this process that is still alive, or None."""
+    for reference in reversed(_own_providers):
+        provider = reference()
+        if provider is not None:
+            return provider
+    return None
+
+
+def global_provider_is_inherited() -> bool:
+    """True when OpenTelemetry's global meter provider came from the parent process."""
+    provider = _otel_internals.global_meter_provider()
+    consumer = _otel_internals.provider_consumer(provider)
+    return consumer is not None and consumer in _inherited_consumers
+
+
+def meter_instead_of_global(name: str) -> metrics.Meter | None:
+    """None where the global meter provider may be used; in a child that inherited it, the
+    meter of this process's own setup, or a no-op meter (with one warning) before one."""
+    if not global_provider_is_inherited():
+        return None
+    own = own_meter_provider()
+    if own is not None:
+        meter: metrics.Meter = own.get_meter(name)
+        return meter
+    _warnings.warn(
+        "no own provider",
+        "nemo.lens.get_meter(%r): this process was forked from one whose global meter "
+        "provider it inherited, which a child never records through (its locks may be "
+        "held for good); returning a no-op meter. Call setup_telemetry in the child.",
+        name,
+    )
+    return metrics.NoOpMeter(name)
+
+
+def _snapshot_before_fork() -> None:
+    """Note every provider the child could reach (no lock is taken: attribute reads only)."""
+    _at_fork.clear()
+    candidates: list[object] = [_otel_internals.global_meter_provider()]
+    candidates += [reference() for reference in _own_providers]
+    for provider in candidates:
+        consumer = _otel_internals.provider_consumer(provider)
+        if consumer is not None:
+            _at_fork.add(consumer)
+    for consumers in (_seen_consumers, _inherited_consumers):
+        for consumer in list(consumers):
+            _at_fork.add(consumer)
+
+
+def _forget_snapshot_in_parent() -> None:
+    _at_fork.clear()
+
+
+def _become_child() -> None:
+    global _inherited_consumers, _seen_consumers, _at_fork, _pipelines_built
+    global _inherited_pipeline
+    _inherited_consumers = _at_fork
+    _at_fork = weakref.WeakSet()
+    _seen_consumers = weakref.WeakSet()
+    _own_providers.clear()
+    _inherited_pipeline = _inherited_pipeline or _pipelines_built > 0
+    _pipelines_built = 0
+
+
+_fork_hooks.register(
+    "inherited meters",
+    before=_snapshot_before_fork,
+    after_in_parent=_forget_snapshot_in_parent,
+    after_in_child=_become_child,
+)

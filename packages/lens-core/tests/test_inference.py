@@ -68,18 +68,45 @@ def test_never_raises(meter: object) -> None:
     record_inference_metrics(meter, request_duration_s="slow", input_tokens=-1, model=object())  # type: ignore[arg-type]  # deliberately wrong
 
 
-class Unprintable:
-    """A model name whose str() raises."""
+class _Unnameable:
+    """A model object whose truth test and str() both raise."""
+
+    def __bool__(self) -> bool:
+        raise RuntimeError("no truth")
 
     def __str__(self) -> str:
         raise RuntimeError("no name")
 
 
-def test_unexpected_failure_is_logged_once(
+def test_a_model_that_cannot_be_named_costs_only_the_attribute(
     pipeline: InMemoryMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A failure inside record_inference_metrics warns once per kind and never raises."""
+    """Duration and tokens still record, without gen_ai.request.model, with one warning."""
+    for _ in range(2):
+        record_inference_metrics(
+            pipeline.meter, request_duration_s=0.5, model=_Unnameable(), input_tokens=3
+        )
+    (duration,) = pipeline.points("gen_ai.server.request.duration")
+    assert duration.count == 2
+    assert "gen_ai.request.model" not in duration.attributes
+    (tokens,) = pipeline.points("gen_ai.client.token.usage")
+    assert tokens.sum == 6
+    assert sum("could not be named" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_an_internal_failure_is_logged_once_and_never_raised(
+    pipeline: InMemoryMetrics, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A defect inside record_inference_metrics (injected here) warns once, never raises."""
+    import nemo.lens.instruments.inference as inference
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("registry broken")
+
+    monkeypatch.setattr(inference, "register_metric_group", broken)
     for _ in range(3):
-        record_inference_metrics(pipeline.meter, request_duration_s=0.1, model=Unprintable())
+        record_inference_metrics(pipeline.meter, request_duration_s=0.1)
     messages = [r.getMessage() for r in caplog.records if r.name.startswith("nemo.lens")]
-    assert messages == ["record_inference_metrics: skipped a request (RuntimeError: no name)"]
+    assert messages == [
+        "record_inference_metrics: skipped a request (RuntimeError: registry broken)"
+    ]

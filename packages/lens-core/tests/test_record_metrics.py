@@ -664,3 +664,26 @@ def test_after_fork_handler_retires_every_cached_instrument(
     record_metrics(fresh.meter, "rl", tokens=3)
     assert [p.value for p in fresh.points("rl.tokens")] == [3]
     fresh.shutdown()
+
+
+class _UnhashableText(str):
+    """A str subclass whose hash raises, as a broken enum or wrapper type might."""
+
+    def __hash__(self) -> int:
+        raise RuntimeError("no hash")
+
+
+def test_an_attribute_whose_hash_fails_costs_no_value(rl: InMemoryMetrics) -> None:
+    """Attribute values reach the SDK as plain str, so a failing __hash__ on the caller's
+    object cannot make the SDK's aggregation drop the call's values."""
+    record_metrics(
+        rl.meter,
+        "rl",
+        reward_mean=0.5,
+        tokens=3,
+        attributes={"role": _UnhashableText("policy"), "node": "n1"},
+    )
+    assert value_of(rl, "rl.reward.mean") == 0.5
+    assert value_of(rl, "rl.tokens") == 3
+    (point,) = rl.points("rl.reward.mean")
+    assert dict(point.attributes) == {"role": "policy", "node": "n1"}

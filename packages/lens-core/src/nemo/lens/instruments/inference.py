@@ -56,8 +56,9 @@ def record_inference_metrics(
             semconv.GENAI_OPERATION_NAME: operation_name,
             semconv.GENAI_PROVIDER_NAME: provider_name,
         }
-        if model:
-            attributes[semconv.GENAI_REQUEST_MODEL] = str(model)
+        model_name = _model_name(model)
+        if model_name is not None:
+            attributes[semconv.GENAI_REQUEST_MODEL] = model_name
         record_metrics(
             meter, INFERENCE_GROUP, attributes=attributes, request_duration=request_duration_s
         )
@@ -76,3 +77,22 @@ def record_inference_metrics(
             type(exc).__name__,
             exc,
         )
+
+
+def _model_name(model: object) -> str | None:
+    """`str(model)` when `model` is truthy; None, with one warning, when asking fails.
+
+    A model object whose `__bool__` or `__str__` raises costs only the attribute, never the
+    request's duration and token counts.
+    """
+    try:
+        return str(model) if model else None
+    except Exception as exc:
+        GROUPS.get(INFERENCE_GROUP, UNREGISTERED).warnings.warn(
+            ("model", type(exc).__name__),
+            "record_inference_metrics: the model could not be named (%s: %s); the request "
+            "was recorded without gen_ai.request.model",
+            type(exc).__name__,
+            exc,
+        )
+        return None

@@ -188,10 +188,11 @@ def docs(session: nox.Session) -> None:
     run_docs_build(session)
 
 
-@nox.session(python=NEWEST_PYTHON, tags=["latest"])
-def soak(session: nox.Session) -> None:
-    """The long reliability runs (`soak` marker), once, on the newest Python and OTel."""
-    run_soak_tests(session)
+@nox.session(python=NEWEST_PYTHON)
+@nox.parametrize("otel", [OTEL_RELEASES[0], OTEL_RELEASES[-1]])
+def soak(session: nox.Session, otel: str) -> None:
+    """The long reliability runs (`soak` marker), on the newest Python, at both OTel ends."""
+    run_soak_tests(session, otel)
 
 
 @nox.session(python=NEWEST_PYTHON)
@@ -274,9 +275,9 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
             )  # fmt: skip
 
 
-def run_soak_tests(session: nox.Session) -> None:
-    """lens-core[all] editable at the newest OpenTelemetry; only the `soak` tests, untraced."""
-    session.install("-e", f"{CORE}[all]", *otel_pins(OTEL_LATEST), *group("test"))
+def run_soak_tests(session: nox.Session, otel: str) -> None:
+    """lens-core[all] editable at one OpenTelemetry release; only the `soak` tests, untraced."""
+    session.install("-e", f"{CORE}[all]", *otel_pins(otel), *group("test"))
     show_versions(session)
     session.run(
         "python", "-m", "pytest", "-m", "soak", "packages/lens-core/tests", "tests",

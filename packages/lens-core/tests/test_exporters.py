@@ -15,8 +15,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from nemo.lens import MetricSpec, NemoLensConfig, record_metrics, register_metric_group
 from nemo.lens import setup_telemetry as lens_setup
-from nemo.lens._otel_env import metric_export_interval_ms, otlp_protocol, prometheus_address
+from nemo.lens._otel_env import (
+    metric_export_interval_ms,
+    otlp_protocol,
+    otlp_transports,
+    prometheus_address,
+)
 from nemo.lens._sdk._exporters import build_metric_reader, build_span_exporter
+from nemo.lens.errors import LensValueError
 from nemo.lens.testing import isolated_telemetry
 
 PROTOCOL_ENV = (
@@ -52,6 +58,56 @@ def test_protocol_defaults_to_grpc_and_signal_variable_wins() -> None:
     }
     assert otlp_protocol("traces", environ) == "http/protobuf"
     assert otlp_protocol("metrics", environ) == "grpc"
+
+
+@pytest.mark.parametrize(
+    ("protocol", "transports"),
+    [
+        ("grpc", ("grpc", "http")),
+        ("http/protobuf", ("http", "grpc")),
+        (" HTTP/JSON ", ("http", "grpc")),
+    ],
+)
+def test_each_specified_protocol_picks_its_transport(
+    protocol: str, transports: tuple[str, str]
+) -> None:
+    """grpc, http/protobuf and http/json (any case) are the accepted protocols."""
+    assert otlp_transports("logs", {"OTEL_EXPORTER_OTLP_PROTOCOL": protocol}) == transports
+
+
+@pytest.mark.parametrize(
+    "variable", ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"]
+)
+@pytest.mark.parametrize("bad", ["http", "HTTP/2", "grpcs", "http/proto"])
+def test_an_unknown_protocol_names_the_variable_and_the_accepted_values(
+    variable: str, bad: str
+) -> None:
+    """An unknown protocol no longer means gRPC: a LensValueError names variable and values."""
+    with pytest.raises(LensValueError) as raised:
+        otlp_transports("metrics", {variable: bad})
+
+    message = str(raised.value)
+    assert f"{variable}: {bad!r}" in message
+    assert "'grpc', 'http/protobuf', 'http/json'" in message
+
+
+def test_a_valid_signal_protocol_is_used_even_when_the_general_one_is_bad() -> None:
+    """The per-signal variable decides its signal; the bad general one fails the others."""
+    environ = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}
+
+    assert otlp_protocol("traces", environ) == "grpc"
+    with pytest.raises(LensValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL: 'http'"):
+        otlp_protocol("metrics", environ)
+
+
+def test_an_unknown_protocol_fails_the_exporter_build_before_any_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """build_span_exporter("otlp") raises the protocol error instead of building gRPC."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http")
+
+    with pytest.raises(LensValueError, match="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+        build_span_exporter("otlp")
 
 
 def test_otlp_builds_grpc_by_default_and_http_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from lens_cli import clean_env
 
 from nemo.lens import strategies
 from nemo.lens.config import NemoLensConfig
@@ -159,3 +163,93 @@ def test_reset_restores_the_original_builtins() -> None:
     strategies._reset_to_builtins()
     assert registered_strategies() == sorted(BUILTIN_STRATEGIES)
     assert get_export_strategy("single_rank") is original
+
+
+def _rank_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "nemo.lens.strategies"]
+
+
+@pytest.mark.parametrize(("export_rank", "world_size"), [(8, 4), (4, 4), (-2, 4), (1, 1)])
+def test_an_export_rank_outside_the_world_warns_once_naming_the_setting(
+    caplog: pytest.LogCaptureFixture, export_rank: int, world_size: int
+) -> None:
+    """single_rank with export_rank outside [-1, world_size) selects nobody and says so once."""
+    caplog.set_level(logging.WARNING, logger="nemo.lens.strategies")
+    strategy = get_export_strategy("single_rank")
+    config = NemoLensConfig(enabled=True, export_rank=export_rank)
+
+    assert not any(strategy(config, rank, world_size) for rank in range(world_size))
+
+    (message,) = _rank_warnings(caplog)
+    assert f"export_rank {export_rank} " in message
+    assert "NemoLensConfig.export_rank / <PREFIX>_EXPORT_RANK" in message
+    assert f"world of {world_size}," in message
+    assert f"-1 (the last rank) or a rank from 0 to {world_size - 1}" in message
+
+
+@pytest.mark.parametrize("export_rank", [-1, 0, 3, 3.0, True])
+def test_an_export_rank_inside_the_world_is_quiet(
+    caplog: pytest.LogCaptureFixture, export_rank: object
+) -> None:
+    """-1 and every rank of the world (as ints or equal numbers) select one rank, silently."""
+    caplog.set_level(logging.DEBUG, logger="nemo.lens.strategies")
+    strategy = get_export_strategy("single_rank")
+    config = NemoLensConfig(enabled=True, export_rank=export_rank)  # type: ignore[arg-type]
+
+    assert sum(bool(strategy(config, rank, 4)) for rank in range(4)) == 1
+    assert _rank_warnings(caplog) == []
+
+
+@pytest.mark.parametrize("export_rank", ["3", None, 2.5, float("nan"), [0]])
+def test_an_export_rank_that_is_no_rank_number_warns_and_never_raises(
+    caplog: pytest.LogCaptureFixture, export_rank: object
+) -> None:
+    """A value assigned in code that equals no rank (a str, None, 2.5, NaN) warns, not raises."""
+    caplog.set_level(logging.WARNING, logger="nemo.lens.strategies")
+    strategy = get_export_strategy("single_rank")
+    config = NemoLensConfig(enabled=True, export_rank=export_rank)  # type: ignore[arg-type]
+
+    assert not any(strategy(config, rank, 4) for rank in range(4))
+    assert len(_rank_warnings(caplog)) == 1
+
+
+def test_a_disabled_config_does_not_warn_about_its_export_rank(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A disabled config exports nothing anyway, so an out-of-world rank is not reported."""
+    caplog.set_level(logging.WARNING, logger="nemo.lens.strategies")
+
+    assert get_export_strategy("single_rank")(NemoLensConfig(export_rank=8), 0, 4) is False
+    assert _rank_warnings(caplog) == []
+
+
+_RANK_CHILD = """
+import logging, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(name)s: %(message)s")
+from nemo.lens import NemoLensConfig, setup_telemetry
+config = NemoLensConfig.from_env()
+for _ in range(3):
+    handle = setup_telemetry(config, rank=int(sys.argv[1]), world_size=4, _allow_reinit=True)
+    print("is_exporting", handle.is_exporting)
+"""
+
+
+@pytest.mark.parametrize("rank", [0, 3])
+def test_every_rank_of_a_job_warns_once_when_export_rank_is_outside_the_world(rank: int) -> None:
+    """Each rank process (PREFIX_EXPORT_RANK=8 of 4) exports nothing and logs one warning."""
+    result = subprocess.run(
+        [sys.executable, "-c", _RANK_CHILD, str(rank)],
+        env=clean_env({"NEMO_LENS_ENABLED": "1", "NEMO_LENS_EXPORT_RANK": "8"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines.count("is_exporting False") == 3
+    warnings = [line for line in lines if line.startswith("nemo.lens.strategies: ")]
+    assert len(warnings) == 1
+    assert "export_rank 8 " in warnings[0]
+    assert "<PREFIX>_EXPORT_RANK" in warnings[0]

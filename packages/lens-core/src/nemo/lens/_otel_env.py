@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -37,11 +38,21 @@ EXPORTER_REQUIREMENTS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
 }
 
 DEFAULT_METRIC_EXPORT_INTERVAL_MS: Final = 10000
+DEFAULT_METRIC_EXPORT_TIMEOUT_MS: Final = 30000
 DEFAULT_PROMETHEUS_HOST: Final = "127.0.0.1"
 DEFAULT_PROMETHEUS_PORT: Final = 9464
 
 #: OTLP transports and their default endpoints: gRPC on 4317, HTTP on 4318.
 OTLP_TRANSPORTS: Final = ("grpc", "http")
+#: `OTEL_EXPORTER_OTLP_[<SIGNAL>_]PROTOCOL` values (the OTLP exporter specification's); both
+#: `http/*` use the HTTP exporter, which sends protobuf in every SDK release.
+OTLP_PROTOCOLS: Final = ("grpc", "http/protobuf", "http/json")
+#: What each transport's exporter accepts in `OTEL_EXPORTER_OTLP_[<SIGNAL>_]COMPRESSION`
+#: (OpenTelemetry 1.23 to 1.45): the gRPC exporter rejects even "none".
+OTLP_COMPRESSIONS: Final = {"grpc": ("gzip",), "http": ("gzip", "deflate", "none")}
+#: The OTLP exporters' own timeout when `OTEL_EXPORTER_OTLP_[<SIGNAL>_]TIMEOUT` is unset;
+#: the Python exporters read the variable in seconds, not the specification's milliseconds.
+DEFAULT_OTLP_TIMEOUT_S: Final = 10
 DEFAULT_OTLP_ENDPOINTS: Final = {"grpc": "http://localhost:4317", "http": "http://localhost:4318"}
 #: (signal, transport) -> the module holding that OTLP exporter, and its class per signal.
 OTLP_EXPORTER_MODULES: Final = {
@@ -82,26 +93,44 @@ def otlp_protocol(signal: str, environ: Mapping[str, str] | None = None) -> str:
 
     `OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL` wins over `OTEL_EXPORTER_OTLP_PROTOCOL`; the
     default is `grpc`.
+
+    Raises:
+        ValueError: The variable that decides holds a value outside `OTLP_PROTOCOLS`
+            (`http`, say, which would otherwise quietly mean gRPC); the message names it.
     """
     for variable in (
         f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL",
         "OTEL_EXPORTER_OTLP_PROTOCOL",
     ):
-        value = _read(environ, variable).lower()
-        if value:
+        raw = _read(environ, variable)
+        value = raw.lower()
+        if value in OTLP_PROTOCOLS:
             return value
+        if value:
+            raise LensValueError(
+                f"Invalid value for {variable}: {raw!r}; expected one of "
+                f"{', '.join(map(repr, OTLP_PROTOCOLS))} (default 'grpc')"
+            )
     return "grpc"
 
 
 def otlp_transports(signal: str, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """The transport `signal`'s protocol asks for, then the one setup falls back to."""
+    """The transport `signal`'s protocol asks for, then the one setup falls back to.
+
+    Raises:
+        ValueError: The protocol is unknown (see `otlp_protocol`).
+    """
     if otlp_protocol(signal, environ).startswith("http/"):
         return ("http", "grpc")
     return ("grpc", "http")
 
 
 def otlp_transport_in_use(signal: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The transport setup would export `signal` over, given what is installed; None if neither."""
+    """The transport setup would export `signal` over, given what is installed; None if neither.
+
+    Raises:
+        ValueError: The protocol is unknown (see `otlp_protocol`).
+    """
     for transport in otlp_transports(signal, environ):
         if is_importable(OTLP_EXPORTER_MODULES[(signal, transport)]):
             return transport
@@ -152,15 +181,19 @@ def otlp_targets(
     The endpoint is `OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT`,
     else the default of the transport in use: `transports[signal]` when given (what is
     installed decides it, see `otlp_transport_in_use`), else the protocol's own. Signals
-    that resolve to the same protocol and address share one target.
+    that resolve to the same protocol and address share one target. Each signal's other
+    exporter settings are checked too (`check_otlp_settings`), so `lens doctor` reports
+    what setup would refuse.
 
     Raises:
-        ValueError: An endpoint has no host or an invalid port; the message names it.
+        ValueError: An unknown protocol, an endpoint with no host or an invalid port, or
+            a setting `check_otlp_settings` refuses; the message names the variable.
     """
     merged: dict[tuple[str, str, int], OtlpTarget] = {}
     for signal in signals:
         protocol = otlp_protocol(signal, environ)
         transport = (transports or {}).get(signal) or otlp_transports(signal, environ)[0]
+        check_otlp_settings(signal, transport, environ)
         endpoint = (
             _read(environ, f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
             or _read(environ, "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -172,6 +205,140 @@ def otlp_targets(
         shared = previous.signals if previous is not None else ()
         merged[key] = OtlpTarget((*shared, signal), protocol, transport, endpoint, host, port)
     return list(merged.values())
+
+
+def _lookup(environ: Mapping[str, str] | None, signal: str, setting: str) -> tuple[str, str] | None:
+    """The variable an OTLP exporter reads `setting` from for `signal`, and its raw value.
+
+    `OTEL_EXPORTER_OTLP_<SIGNAL>_<SETTING>` wins over `OTEL_EXPORTER_OTLP_<SETTING>`. A
+    variable that is present counts even when blank: the exporters parse it as given.
+    """
+    env = os.environ if environ is None else environ
+    for variable in (
+        f"OTEL_EXPORTER_OTLP_{signal.upper()}_{setting}",
+        f"OTEL_EXPORTER_OTLP_{setting}",
+    ):
+        raw = env.get(variable)
+        if raw is not None:
+            return variable, raw
+    return None
+
+
+def _lookup_set(
+    environ: Mapping[str, str] | None, signal: str, setting: str
+) -> tuple[str, str] | None:
+    """Like `_lookup`, for a setting the exporters read as unset when it is blank."""
+    env = os.environ if environ is None else environ
+    for variable in (
+        f"OTEL_EXPORTER_OTLP_{signal.upper()}_{setting}",
+        f"OTEL_EXPORTER_OTLP_{setting}",
+    ):
+        raw = env.get(variable, "")
+        if raw.strip():
+            return variable, raw
+    return None
+
+
+#: Header names are HTTP tokens; values are printable ASCII but for the four characters the
+#: W3C baggage format (which the variable follows) reserves: write those as %XX.
+_HEADER_NAME_CHARS: Final = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~")
+_HEADER_VALUE_CHARS: Final = frozenset(map(chr, range(0x20, 0x7F))) - frozenset('",;\\')
+_HEADERS_FORM: Final = (
+    "expected comma-separated name=value pairs (e.g. api-key=...,x-team=ml), names made of "
+    "letters, digits and !#$%&'*+-.^_`|~, values of printable ASCII with \" , ; \\ written "
+    "as %XX"
+)
+_FILE_SETTINGS: Final = {
+    "CERTIFICATE": "the CA certificate that verifies the collector",
+    "CLIENT_KEY": "the client's private key, for mutual TLS",
+    "CLIENT_CERTIFICATE": "the client's certificate chain, for mutual TLS",
+}
+
+
+def check_otlp_settings(
+    signal: str, transport: str, environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """Check the `OTEL_EXPORTER_OTLP_*` settings `signal`'s exporter over `transport` reads.
+
+    lens passes the OTLP exporters no arguments, so they read these variables themselves;
+    for each one the signal's own variable wins over the general one, as in the exporters.
+    A value an exporter would fail on with an error that does not name the variable (or
+    read differently from one OpenTelemetry release to another, or, for headers, drop while
+    logging it, credential included) raises here, before anything is built.
+
+    Returns:
+        Warnings to log: values the exporter reads without complaint, but as something the
+        user may not mean (an `INSECURE` that is neither true nor false reads as false).
+
+    Raises:
+        ValueError: A timeout that is not a positive whole number of seconds, a compression
+            the transport's exporter does not accept, a certificate or key variable that
+            names no readable file, or a headers entry that is not `name=value`. The
+            message names the variable and what is accepted, and never a header's value.
+    """
+    found = _lookup(environ, signal, "TIMEOUT")
+    if found is not None:
+        variable, raw = found
+        try:
+            timeout = int(raw)
+        except ValueError:
+            timeout = 0
+        if timeout <= 0:
+            raise LensValueError(
+                f"Invalid value for {variable}: {raw!r}; expected a positive whole number of "
+                f"seconds, as the OpenTelemetry Python exporters read it (default "
+                f"{DEFAULT_OTLP_TIMEOUT_S})"
+            )
+    found = _lookup(environ, signal, "COMPRESSION")
+    if found is not None:
+        variable, raw = found
+        accepted = OTLP_COMPRESSIONS[transport]
+        if raw.strip().lower() not in accepted:
+            label = "gRPC" if transport == "grpc" else "HTTP"
+            raise LensValueError(
+                f"Invalid value for {variable}: {raw!r}; the OTLP {label} exporter accepts "
+                f"{', '.join(map(repr, accepted))} (unset, it compresses nothing)"
+            )
+    for setting, what in _FILE_SETTINGS.items():
+        found = _lookup_set(environ, signal, setting)
+        if found is not None:
+            variable, path = found
+            if not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                raise LensValueError(
+                    f"Invalid value for {variable}: {path!r} is not a readable file; expected "
+                    f"the path of a PEM file holding {what}, or the variable unset"
+                )
+    found = _lookup_set(environ, signal, "HEADERS")
+    if found is not None:
+        _check_headers(*found)
+    warnings: list[str] = []
+    found = _lookup_set(environ, signal, "INSECURE") if transport == "grpc" else None
+    if found is not None and found[1].strip().lower() not in ("true", "false"):
+        warnings.append(
+            f"{found[0]}={found[1]!r} is neither 'true' nor 'false'; the OTLP gRPC exporter "
+            "reads it as false and connects with TLS, even to an http:// endpoint"
+        )
+    return warnings
+
+
+def _check_headers(variable: str, raw: str) -> None:
+    """Raise unless every entry of `raw` is `name=value`; never quote a value."""
+    for number, entry in enumerate(raw.split(","), start=1):
+        if not entry.strip(" \t"):
+            continue
+        name, equals, value = entry.partition("=")
+        name = name.strip(" \t")
+        if not equals or not name or not set(name) <= _HEADER_NAME_CHARS:
+            raise LensValueError(
+                f"Invalid value for {variable}: entry {number} is not name=value with a valid "
+                f"name (not shown: headers carry credentials); {_HEADERS_FORM}"
+            )
+        if not set(value.strip(" \t")) <= _HEADER_VALUE_CHARS:
+            raise LensValueError(
+                f"Invalid value for {variable}: the value of header {name.lower()!r} holds a "
+                f"character that is not allowed (not shown: headers carry credentials); "
+                f"{_HEADERS_FORM}"
+            )
 
 
 def metric_export_interval_ms(environ: Mapping[str, str] | None = None) -> int:
@@ -193,6 +360,29 @@ def metric_export_interval_ms(environ: Mapping[str, str] | None = None) -> int:
             "integer number of milliseconds, e.g. 10000"
         )
     return interval
+
+
+def metric_export_timeout_ms(environ: Mapping[str, str] | None = None) -> tuple[float, str | None]:
+    """`OTEL_METRIC_EXPORT_TIMEOUT` in milliseconds (default 30000), and a warning or None.
+
+    The SDK itself falls back to its default for a value that is not a number (with a
+    warning that does not name the variable) and takes zero or a negative value as given;
+    lens passes the reader this value instead, so any value that is not a positive number
+    gives the default and a warning naming the variable.
+    """
+    raw = _read(environ, "OTEL_METRIC_EXPORT_TIMEOUT")
+    if not raw:
+        return DEFAULT_METRIC_EXPORT_TIMEOUT_MS, None
+    try:
+        timeout = float(raw)
+    except ValueError:
+        timeout = 0.0
+    if 0 < timeout < float("inf"):
+        return timeout, None
+    return DEFAULT_METRIC_EXPORT_TIMEOUT_MS, (
+        f"Invalid value for OTEL_METRIC_EXPORT_TIMEOUT: {raw!r}; expected a positive number "
+        f"of milliseconds; using {DEFAULT_METRIC_EXPORT_TIMEOUT_MS}"
+    )
 
 
 def prometheus_address(environ: Mapping[str, str] | None = None) -> tuple[str, int]:
@@ -229,3 +419,80 @@ def check_exporter_name(name: object) -> str:
             f"Valid exporters: {list(EXPORTERS)}"
         )
     return str(name)
+
+
+# --- the batch span processor (OTEL_BSP_*) ---------------------------------------------
+
+#: lens's batch span processor defaults, sized for training-loop bursts (the SDK's own are
+#: a 2,048-span queue and 512-span batches, which eight threads ending spans overflow).
+DEFAULT_BSP_MAX_QUEUE_SIZE: Final = 65536
+DEFAULT_BSP_MAX_EXPORT_BATCH_SIZE: Final = 2048
+DEFAULT_BSP_SCHEDULE_DELAY_MS: Final = 5000
+DEFAULT_BSP_EXPORT_TIMEOUT_MS: Final = 30000
+
+
+@dataclass(frozen=True)
+class BatchSpanSettings:
+    """How lens sizes the batch span processor (the SDK's four constructor arguments)."""
+
+    max_queue_size: int
+    max_export_batch_size: int
+    schedule_delay_ms: int
+    export_timeout_ms: int
+
+
+def _bsp_integer(
+    environ: Mapping[str, str] | None, name: str, default: int, *, minimum: int
+) -> tuple[int, bool]:
+    """`name` as an integer >= `minimum`, and whether it was set; else `default`."""
+    raw = _read(environ, name)
+    if not raw:
+        return default, False
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        accepted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise LensValueError(
+            f"Invalid value for {name}: {raw!r}; expected {accepted} (lens's default is {default})"
+        )
+    return value, True
+
+
+def batch_span_settings(environ: Mapping[str, str] | None = None) -> BatchSpanSettings:
+    """The batch span processor's sizes: `OTEL_BSP_*` where set, else lens's defaults.
+
+    `OTEL_BSP_MAX_QUEUE_SIZE` (spans; default 65536), `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`
+    (spans; default 2048, and never more than the queue holds when only the queue is
+    set), `OTEL_BSP_SCHEDULE_DELAY` (ms; default 5000) and `OTEL_BSP_EXPORT_TIMEOUT` (ms;
+    default 30000). A batch size given without a queue size raises the queue to it.
+
+    Raises:
+        ValueError: A value is not a positive integer (the export timeout may be 0), or
+            both sizes are set and the batch is larger than the queue; the message names
+            the variable and what it accepts.
+    """
+    queue, queue_set = _bsp_integer(
+        environ, "OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_BSP_MAX_QUEUE_SIZE, minimum=1
+    )
+    batch, batch_set = _bsp_integer(
+        environ, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_BSP_MAX_EXPORT_BATCH_SIZE, minimum=1
+    )
+    delay, _ = _bsp_integer(
+        environ, "OTEL_BSP_SCHEDULE_DELAY", DEFAULT_BSP_SCHEDULE_DELAY_MS, minimum=1
+    )
+    timeout, _ = _bsp_integer(
+        environ, "OTEL_BSP_EXPORT_TIMEOUT", DEFAULT_BSP_EXPORT_TIMEOUT_MS, minimum=0
+    )
+    if batch > queue:
+        if queue_set and batch_set:
+            raise LensValueError(
+                f"Invalid value for OTEL_BSP_MAX_EXPORT_BATCH_SIZE: {batch}; expected a "
+                f"positive integer no larger than OTEL_BSP_MAX_QUEUE_SIZE ({queue})"
+            )
+        if queue_set:
+            batch = queue
+        else:
+            queue = batch
+    return BatchSpanSettings(queue, batch, delay, timeout)

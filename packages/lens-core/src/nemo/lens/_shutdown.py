@@ -1,75 +1,187 @@
-"""Flushing and shutting down providers within a time budget.
+"""Flushing and shutting down providers within a time budget, and at interpreter exit.
 
-The work runs on a daemon thread and the caller waits at most the budget, so a blocked
+The work runs on daemon threads and the caller waits at most the budget, so a blocked
 exporter (a collector that does not answer, a lock held by the signal-interrupted main
 thread) cannot hold a training job past its own deadline. Work still running at the
-deadline is abandoned with a warning; being a daemon thread, it never delays exit.
+deadline is abandoned with a warning; being on daemon threads, it never delays exit.
+
+Each signal is a lane of its own, run on its own thread against the same deadline, so a
+traces collector that is down cannot starve the metrics export of its time (and the
+other way round).
+
+A pipeline nobody shut down is shut down at exit by lens's own `atexit` hook, bounded by
+`EXIT_TIMEOUT_MS`. The hook hands the work to a daemon thread started beforehand, since
+some Pythons (3.12) refuse to start threads once interpreter shutdown has begun.
 """
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import logging
+import math
+import operator
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Final
+
+from nemo.lens._warn_once import WarnOnce
 
 _logger = logging.getLogger(__name__)
 
 #: A named piece of work, given the milliseconds left in the budget; False means failed.
 Step = tuple[str, Callable[[int], object]]
+#: A signal's steps, run in order on one thread: (signal name, steps).
+Lane = tuple[str, Sequence[Step]]
 
 #: Slack beyond the budget for a step that honoured its own timeout to report back.
 GRACE_MS: Final = 50
+#: The budget of `shutdown()` and `force_flush()` when none (or an unusable one) is given.
+DEFAULT_TIMEOUT_MS: Final = 5000
+#: The largest budget accepted (10 minutes); larger ones, infinity included, are clamped.
+MAX_TIMEOUT_MS: Final = 600_000
+#: What lens's exit hook gives a pipeline that was never shut down.
+EXIT_TIMEOUT_MS: Final = DEFAULT_TIMEOUT_MS
+
+_budget_warnings = WarnOnce(_logger, "nemo.lens shutdown budgets")
+
+
+def budget_ms(action: str, timeout_ms: object, default_ms: int = DEFAULT_TIMEOUT_MS) -> int:
+    """`timeout_ms` as a budget in [0, MAX_TIMEOUT_MS] milliseconds; never raises.
+
+    None means `default_ms`. A number is truncated to an integer and clamped: negative
+    means 0 (do not wait), larger than `MAX_TIMEOUT_MS` (infinity too) means that maximum.
+    Anything else (a bool, a string, NaN, an object) means `default_ms`, with one warning
+    per action and kind of value.
+    """
+    if timeout_ms is None:
+        return default_ms
+    try:
+        value: float
+        if isinstance(timeout_ms, (bool, str, bytes, bytearray)):
+            return _unusable(action, timeout_ms, default_ms)
+        if isinstance(timeout_ms, int):
+            value = timeout_ms
+        else:
+            try:
+                value = operator.index(timeout_ms)  # type: ignore[arg-type]
+            except TypeError:
+                value = float(timeout_ms)  # type: ignore[arg-type]
+        if isinstance(value, float) and math.isnan(value):
+            return _unusable(action, timeout_ms, default_ms)
+        if value <= 0:
+            return 0
+        if value >= MAX_TIMEOUT_MS:
+            return MAX_TIMEOUT_MS
+        return int(value)
+    except Exception:  # not a number, or one whose conversion misbehaves
+        return _unusable(action, timeout_ms, default_ms)
+
+
+def _unusable(action: str, timeout_ms: object, default_ms: int) -> int:
+    kind = type(timeout_ms).__name__
+    if _budget_warnings.first((action, kind)):
+        try:
+            shown = repr(timeout_ms)[:80]
+        except Exception:
+            shown = f"<{kind}>"
+        _logger.warning(
+            "%s: timeout_ms must be a number of milliseconds (0 to %d), got %s %s; using %d ms",
+            action,
+            MAX_TIMEOUT_MS,
+            kind,
+            shown,
+            default_ms,
+        )
+    return default_ms
+
+
+@dataclass
+class _LaneRun:
+    """One lane's progress, as the waiting caller sees it."""
+
+    name: str
+    steps: Sequence[Step]
+    current: str | None = None
+    ok: bool = True
+    finished: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def run(self, action: str, deadline: float) -> None:
+        for label, step in self.steps:
+            self.current = label
+            remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            try:
+                if step(remaining_ms) is False:
+                    self.ok = False
+            except Exception as exc:
+                self.ok = False
+                _logger.warning("%s: %s raised %s: %s", action, label, type(exc).__name__, exc)
+        self.current = None
+        self.finished.set()
+
+
+def run_lanes(action: str, lanes: Sequence[Lane], timeout_ms: int) -> bool:
+    """Run each lane's steps in order, every lane on its own daemon thread, all by one
+    deadline `timeout_ms` from now; wait at most about `timeout_ms`.
+
+    Every step of a lane runs even if an earlier one failed; a step that raises is
+    logged as a warning. A lane unfinished at the deadline is abandoned with a warning.
+    Where no thread can be started (interpreter shutdown on Python 3.12), the lanes run
+    here, one after the other in the order given, each with an equal share of what is
+    left. Returns True when every step finished in time without failing.
+    """
+    runs = [_LaneRun(name, steps) for name, steps in lanes if steps]
+    if not runs:
+        return True
+    budget = max(0, int(timeout_ms))
+    deadline = time.monotonic() + budget / 1000
+    inline: list[_LaneRun] = []
+    for run in runs:
+        if inline:
+            inline.append(run)
+            continue
+        thread = threading.Thread(
+            target=run.run, args=(action, deadline), name=f"nemo-lens-{action}", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError:
+            inline.append(run)
+            continue
+        run.thread = thread
+    for index, run in enumerate(inline):
+        left = max(0.0, deadline - time.monotonic())
+        run.run(action, time.monotonic() + left / (len(inline) - index))
+    ok = True
+    for run in runs:
+        wait_s = max(0.0, deadline - time.monotonic()) + GRACE_MS / 1000
+        if not run.finished.wait(wait_s):
+            ok = False
+            _logger.warning(
+                "%s did not finish within %d ms (still in: %s); abandoned it on daemon "
+                "thread %r, so %s data not yet exported may be lost",
+                action,
+                budget,
+                run.current,
+                run.thread.name if run.thread is not None else None,
+                run.name,
+            )
+        elif not run.ok:
+            ok = False
+    return ok
 
 
 def run_within(action: str, steps: Sequence[Step], timeout_ms: int) -> bool:
-    """Run `steps` in order on a daemon thread and wait at most about `timeout_ms`.
+    """Run `steps` in order on one daemon thread and wait at most about `timeout_ms`.
 
     Every step runs even if an earlier one failed. A step that raises is logged as a
     warning. Returns True when every step finished in time without failing.
     """
-    if not steps:
-        return True
-    budget_ms = max(0, int(timeout_ms))
-    deadline = time.monotonic() + budget_ms / 1000
-    finished = threading.Event()
-    state: dict[str, object] = {"current": None, "ok": True}
-
-    def work() -> None:
-        for label, step in steps:
-            state["current"] = label
-            remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            try:
-                if step(remaining_ms) is False:
-                    state["ok"] = False
-            except Exception as exc:
-                state["ok"] = False
-                _logger.warning("%s: %s raised %s: %s", action, label, type(exc).__name__, exc)
-        state["current"] = None
-        finished.set()
-
-    worker = threading.Thread(target=work, name=f"nemo-lens-{action}", daemon=True)
-    try:
-        worker.start()
-    except RuntimeError:
-        # Some Pythons (3.12) refuse new threads once interpreter shutdown has begun, which
-        # is when atexit handlers call shutdown(). Run inline: the SDK steps still honour
-        # their own time budgets, and flushing late beats not flushing.
-        work()
-        return bool(state["ok"])
-    if finished.wait((budget_ms + GRACE_MS) / 1000):
-        return bool(state["ok"])
-    _logger.warning(
-        "%s did not finish within %d ms (still in: %s); abandoned it on daemon thread %r, "
-        "so data not yet exported may be lost",
-        action,
-        budget_ms,
-        state["current"],
-        worker.name,
-    )
-    return False
+    return run_lanes(action, [("", steps)], timeout_ms)
 
 
 def provider_steps(provider: object, label: str, *, flush: bool, shut_down: bool) -> list[Step]:
@@ -78,11 +190,23 @@ def provider_steps(provider: object, label: str, *, flush: bool, shut_down: bool
     for wanted, method_name in ((flush, "force_flush"), (shut_down, "shutdown")):
         method = getattr(provider, method_name, None) if wanted else None
         if callable(method):
-            steps.append((f"{label}.{method_name}", _with_budget(method)))
+            steps.append((f"{label}.{method_name}", with_budget(method)))
     return steps
 
 
-def _with_budget(method: Callable[..., object]) -> Callable[[int], object]:
+def final_export_steps(provider: object, label: str) -> list[Step]:
+    """The steps that export what `provider` holds once and shut it down.
+
+    An SDK provider's `shutdown` already exports everything once (the batch span
+    processor drains its queue, a periodic metric reader collects a last time), so a
+    flush before it would export a second time; only a provider without `shutdown` is
+    flushed.
+    """
+    steps = provider_steps(provider, label, flush=False, shut_down=True)
+    return steps or provider_steps(provider, label, flush=True, shut_down=False)
+
+
+def with_budget(method: Callable[..., object]) -> Callable[[int], object]:
     """Call `method(timeout_millis=budget)` where it accepts that argument, else `method()`."""
     try:
         accepts_timeout = "timeout_millis" in inspect.signature(method).parameters
@@ -91,3 +215,115 @@ def _with_budget(method: Callable[..., object]) -> Callable[[int], object]:
     if accepts_timeout:
         return lambda remaining_ms: method(timeout_millis=remaining_ms)
     return lambda remaining_ms: method()
+
+
+# --- at interpreter exit ------------------------------------------------------------------
+
+#: id(key) -> (the pid that registered it, the key, its shutdown taking a budget in ms).
+_at_exit: dict[int, tuple[int, object, Callable[[int], object]]] = {}
+_hook_registered = False
+
+
+@dataclass
+class _ExitWorker:
+    """A daemon thread, started before exit, that runs the pending shutdowns at exit.
+
+    It waits on an event and costs nothing until then; once nothing is pending it is
+    released (its thread returns) and the next registration starts a new one.
+    """
+
+    pid: int
+    requested: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    at_exit: bool = False
+
+    def start(self) -> None:
+        thread = threading.Thread(target=self._wait, name="nemo-lens-exit", daemon=True)
+        thread.start()
+        self.thread = thread
+
+    def release(self) -> None:
+        self.requested.set()
+
+    def run_at_exit(self) -> bool:
+        """Run the pending shutdowns on the worker; False if they overran the exit budget."""
+        self.at_exit = True
+        self.requested.set()
+        return self.done.wait((EXIT_TIMEOUT_MS + 2 * GRACE_MS) / 1000)
+
+    def _wait(self) -> None:
+        self.requested.wait()
+        try:
+            if self.at_exit:
+                _run_pending(EXIT_TIMEOUT_MS)
+        finally:
+            self.done.set()
+
+
+_exit_worker: _ExitWorker | None = None
+
+
+def shutdown_at_exit(key: object, shutdown: Callable[[int], object]) -> None:
+    """At interpreter exit, call `shutdown(budget_ms)` unless `forget_at_exit(key)` ran.
+
+    Only in the process that registered it: a forked child never shuts down its parent's
+    pipeline. All pending shutdowns together get `EXIT_TIMEOUT_MS`.
+    """
+    global _hook_registered, _exit_worker
+    pid = os.getpid()
+    _at_exit[id(key)] = (pid, key, shutdown)
+    if not _hook_registered:
+        _hook_registered = True
+        atexit.register(_run_at_exit)
+    worker = _exit_worker
+    if worker is None or worker.pid != pid or worker.requested.is_set():
+        worker = _ExitWorker(pid)
+        try:
+            worker.start()
+        except RuntimeError:  # already shutting down: the hook runs the work itself
+            worker.thread = None
+        _exit_worker = worker
+
+
+def forget_at_exit(key: object) -> None:
+    """Do not shut `key` down at exit (it was shut down already)."""
+    global _exit_worker
+    _at_exit.pop(id(key), None)
+    worker = _exit_worker
+    here = worker is not None and worker.pid == os.getpid()
+    if worker is not None and here and not worker.at_exit and not _pending_here():
+        _exit_worker = None
+        worker.release()
+
+
+def _pending_here() -> list[tuple[object, Callable[[int], object]]]:
+    pid = os.getpid()
+    return [(key, shutdown) for owner, key, shutdown in list(_at_exit.values()) if owner == pid]
+
+
+def _run_pending(budget: int) -> None:
+    deadline = time.monotonic() + budget / 1000
+    pending = _pending_here()
+    for index, (key, shutdown) in enumerate(pending):
+        forget_at_exit(key)
+        left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        try:
+            shutdown(left_ms // (len(pending) - index))
+        except Exception as exc:
+            _logger.warning("telemetry shutdown at exit raised %s: %s", type(exc).__name__, exc)
+
+
+def _run_at_exit() -> None:
+    """lens's atexit hook: shut down what nobody shut down, within `EXIT_TIMEOUT_MS`."""
+    if not _pending_here():
+        return
+    worker = _exit_worker
+    if worker is None or worker.pid != os.getpid() or worker.thread is None:
+        _run_pending(EXIT_TIMEOUT_MS)
+        return
+    if not worker.run_at_exit():
+        _logger.warning(
+            "telemetry shutdown at exit did not finish within %d ms; exiting without it",
+            EXIT_TIMEOUT_MS,
+        )

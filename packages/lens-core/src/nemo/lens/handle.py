@@ -15,7 +15,7 @@ import operator
 import os
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
@@ -62,7 +62,8 @@ class TelemetryHandle:
         self._tracer = tracer
         self._meter = meter
         self.is_exporting = is_exporting
-        # Named by consumers; set before any shutdown work so a second call is a no-op.
+        # Named by consumers; set once the shutdown work is about to start (never before
+        # its budget was read), so a second call is a no-op.
         self._shutdown_done = False
         # The providers an exporting setup built; None for a handle built by hand.
         self._pipeline: Pipeline | None = None
@@ -79,55 +80,82 @@ class TelemetryHandle:
         """The meter to pass to `record_metrics` or create instruments on."""
         return self._meter
 
-    def force_flush(self, timeout_ms: int = 5000) -> bool:
-        """Export everything recorded so far, waiting at most about `timeout_ms`.
+    def force_flush(self, timeout_ms: float | None = _shutdown.DEFAULT_TIMEOUT_MS) -> bool:
+        """Export everything recorded so far, waiting at most about `timeout_ms`; never raises.
+
+        Each signal flushes on its own thread against the same deadline. `timeout_ms` is
+        read as `shutdown` reads it.
 
         Returns:
             True when every provider flushed in time; False otherwise, or after shutdown.
         """
-        if self._shutdown_done:
+        try:
+            if self._shutdown_done:
+                return False
+            budget = _shutdown.budget_ms("force_flush", timeout_ms)
+            return _shutdown.run_lanes("force_flush", self._lanes(shut_down=False), budget)
+        except Exception as exc:
+            _logger.warning("force_flush failed: %s: %s", type(exc).__name__, exc)
             return False
-        steps: list[_shutdown.Step] = []
-        for provider, label in self._providers():
-            steps += _shutdown.provider_steps(provider, label, flush=True, shut_down=False)
-        return _shutdown.run_within("force_flush", steps, timeout_ms)
 
-    def shutdown(self, timeout_ms: int = 5000) -> None:
-        """Flush, then shut down, the tracer and meter providers; idempotent; never raises.
+    def shutdown(self, timeout_ms: float | None = _shutdown.DEFAULT_TIMEOUT_MS) -> None:
+        """Export what is left once, then shut down, within about `timeout_ms`; never raises.
 
         For a handle from an exporting setup these are the providers that setup built;
         a no-op setup's handle has none; a handle built by hand uses the current global
-        providers. Returns within about
-        `timeout_ms` even if a provider blocks: the work runs on a daemon thread and
-        whatever is unfinished at the deadline is abandoned with a warning. Spans still
-        open are ended first, marked `nemo.span.truncated`.
+        providers. Spans still open are ended first, marked `nemo.span.truncated`.
+
+        Each signal gets the whole budget on a thread of its own (metrics, then traces,
+        where threads cannot start), so a traces collector that is down cannot starve the
+        metrics export, and each exports once: the SDK's provider shutdown makes the last
+        export itself. Whatever is unfinished at the deadline is abandoned with a warning
+        on a daemon thread; after this returns, the process exits without waiting on any
+        exporter (lens builds its providers with `shutdown_on_exit=False`).
+
+        `timeout_ms` is a number of milliseconds: None means the default (5000); a
+        negative number means 0; anything above the maximum of 600000 (10 minutes),
+        infinity included, means that maximum; NaN or a non-number means the default,
+        with one warning. The call is idempotent: once the work has started, later calls
+        return at once.
+
+        An exporting setup that is never shut down is shut down at interpreter exit by
+        lens's own `atexit` hook, within 5000 ms: a forgotten `shutdown()` delays exit by
+        at most about 5 seconds, whatever the collectors do.
         """
-        if self._shutdown_done:
-            return
-        self._shutdown_done = True
-        steps: list[_shutdown.Step] = []
-        for provider, label in self._providers():
-            steps += _shutdown.provider_steps(provider, label, flush=True, shut_down=True)
+        try:
+            if self._shutdown_done:
+                return
+            budget = _shutdown.budget_ms("shutdown", timeout_ms)
+            lanes = self._lanes(shut_down=True)
+            self._shutdown_done = True
+            _shutdown.forget_at_exit(self)
+            _shutdown.run_lanes("shutdown", lanes, budget)
+            if self._pipeline is not None:
+                self._pipeline.report_dropped_spans()
+        except Exception as exc:
+            _logger.warning("shutdown failed: %s: %s", type(exc).__name__, exc)
+
+    def _lanes(self, *, shut_down: bool) -> list[_shutdown.Lane]:
         pipeline = self._pipeline
         if pipeline is not None:
-            steps += [("endpoint stop", _ignore_budget(stop)) for stop in pipeline.on_shutdown]
-        _shutdown.run_within("shutdown", steps, timeout_ms)
+            return pipeline.shutdown_lanes() if shut_down else pipeline.flush_lanes()
+        lanes: list[_shutdown.Lane] = []
+        for provider, label, signal in self._providers():
+            if shut_down:
+                lanes.append((signal, _shutdown.final_export_steps(provider, label)))
+            else:
+                steps = _shutdown.provider_steps(provider, label, flush=True, shut_down=False)
+                lanes.append((signal, steps))
+        return lanes
 
-    def _providers(self) -> list[tuple[object, str]]:
-        pipeline = self._pipeline
+    def _providers(self) -> list[tuple[object, str, str]]:
+        """The global providers a hand-built handle acts on: (provider, label, signal)."""
         if self._owns_nothing:
             return []
-        if pipeline is None:
-            return [
-                (trace.get_tracer_provider(), "tracer provider"),
-                (metrics.get_meter_provider(), "meter provider"),
-            ]
-        built: list[tuple[object, str]] = []
-        if pipeline.tracer_provider is not None:
-            built.append((pipeline.tracer_provider, "tracer provider"))
-        if pipeline.meter_provider is not None:
-            built.append((pipeline.meter_provider, "meter provider"))
-        return built
+        return [
+            (metrics.get_meter_provider(), "meter provider", "metrics"),
+            (trace.get_tracer_provider(), "tracer provider", "traces"),
+        ]
 
 
 def setup_telemetry(
@@ -163,7 +191,7 @@ def setup_telemetry(
         RuntimeError: An enabled setup already ran in this process.
         ValueError: A bad rank or world size, an unknown strategy or exporter, an unknown
             span group (strict resolvers), or a malformed `OTEL_METRIC_EXPORT_INTERVAL`,
-            `OTEL_EXPORTER_PROMETHEUS_PORT` or `LOCAL_RANK`.
+            `OTEL_BSP_*` variable, `OTEL_EXPORTER_PROMETHEUS_PORT` or `LOCAL_RANK`.
         TypeError: `_span_group_cls` is not a `SpanGroup` subclass, or `export_strategy`
             is not callable.
         ImportError: An exporting process lacks the SDK or the configured exporter.
@@ -190,6 +218,8 @@ def setup_telemetry(
             strict_groups = _strict_span_groups(config)
             if config.metrics_enabled and metric_reader is None and config.exporter != "prometheus":
                 _otel_env.metric_export_interval_ms()
+            if config.traces_enabled:
+                _otel_env.batch_span_settings()
         if not (config.enabled and selected):
             handle = _no_op_setup()
         else:
@@ -303,6 +333,7 @@ def _exporting_setup(
         resource_attributes=resource_attributes,
         span_exporter=span_exporter,
         metric_reader=metric_reader,
+        instrumentation_scope=INSTRUMENTATION_SCOPE,
     )
     if pipeline.tracer_provider is not None:
         trace.set_tracer_provider(pipeline.tracer_provider)
@@ -325,6 +356,8 @@ def _exporting_setup(
         state.set_enabled_span_groups(strict_groups)
     handle = TelemetryHandle(tracer, meter, is_exporting=True)
     handle._pipeline = pipeline
+    # The providers do not shut themselves down at exit; lens does, within a bound.
+    _shutdown.shutdown_at_exit(handle, handle.shutdown)
     return handle
 
 
@@ -338,10 +371,6 @@ def _warn_global_kept(signal: str, accessor: str) -> None:
         accessor,
         signal,
     )
-
-
-def _ignore_budget(stop: Callable[[], None]) -> Callable[[int], object]:
-    return lambda remaining_ms: stop()
 
 
 def _reset_in_child() -> None:

@@ -8,13 +8,15 @@ result is read as a bool. Consumers select one by name through
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from nemo.lens._fork_hooks import hold_lock_across_fork
+from nemo.lens._warn_once import WarnOnce
 from nemo.lens.config import NemoLensConfig
 from nemo.lens.errors import LensTypeError, LensValueError
 
@@ -29,6 +31,9 @@ __all__ = [
 
 ExportStrategy: TypeAlias = Callable[[NemoLensConfig, int, int], bool]
 
+_logger = logging.getLogger(__name__)
+_warnings = WarnOnce(_logger, "export strategies")
+
 
 def _all_ranks(config: NemoLensConfig, rank: int, world_size: int) -> bool:
     """Every process exports."""
@@ -36,9 +41,49 @@ def _all_ranks(config: NemoLensConfig, rank: int, world_size: int) -> bool:
 
 
 def _single_rank(config: NemoLensConfig, rank: int, world_size: int) -> bool:
-    """Only `config.export_rank` exports; -1 means the last rank."""
-    target = world_size - 1 if config.export_rank == -1 else config.export_rank
-    return rank == target
+    """Only `config.export_rank` exports; -1 means the last rank.
+
+    An enabled config whose `export_rank` names no rank of the world (8 of 4 ranks, or
+    below -1) selects no process. That is a warning, logged once per process and so on
+    every rank: each rank reaches the same decision, and one rank's log is often the only
+    one read. It is not an error, because a job may legitimately run a smaller world than
+    its configuration was written for (a debug run on fewer GPUs), and no telemetry
+    setting should stop it.
+    """
+    export_rank = config.export_rank
+    target = world_size - 1 if export_rank == -1 else export_rank
+    selected = rank == target
+    if not selected and config.enabled and _names_no_rank(export_rank, world_size):
+        shown = _shown(export_rank)
+        _warnings.warn(
+            ("export_rank", shown, world_size),
+            "export_rank %s (NemoLensConfig.export_rank / <PREFIX>_EXPORT_RANK) names no "
+            "rank of this world of %d, so no process exports telemetry; expected -1 (the "
+            "last rank) or a rank from 0 to %d",
+            shown,
+            world_size,
+            world_size - 1,
+        )
+    return selected
+
+
+def _names_no_rank(export_rank: Any, world_size: int) -> bool:
+    """True when `export_rank` is not -1 and equals no rank in [0, world_size)."""
+    try:
+        if export_rank == -1:
+            return False
+        # 3.0 still equals rank 3; 2.5, NaN or 10**30 equals none.
+        in_world = 0 <= export_rank < world_size and export_rank == int(export_rank)
+    except Exception:  # a str, None, or an object whose comparisons fail: equals no rank
+        return True
+    return not in_world
+
+
+def _shown(value: object) -> str:
+    try:
+        return repr(value)[:100]
+    except Exception:
+        return f"<{type(value).__name__} with a failing repr>"
 
 
 def _sampled(config: NemoLensConfig, rank: int, world_size: int) -> bool:

@@ -2,8 +2,9 @@
 
 Exporters take no arguments from lens: endpoints, headers and timeouts are the SDK's
 business and come from the standard `OTEL_EXPORTER_OTLP_*` variables. lens only picks the
-transport (by the rules in `nemo.lens._otel_env`), builds the console's one-line JSON, and
-runs the Prometheus endpoint.
+transport and checks those variables first (by the rules in `nemo.lens._otel_env`), so a bad
+value fails setup with an error naming it rather than the SDK's own, builds the console's
+one-line JSON, and runs the Prometheus endpoint.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from nemo.lens import _otel_env
 from nemo.lens._sdk._console import console_metric_exporter, console_span_exporter, current_stdout
+from nemo.lens._warn_once import WarnOnce
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.trace.export import SpanExporter
 
 _logger = logging.getLogger(__name__)
+# A setting both signals' exporters read (OTEL_EXPORTER_OTLP_INSECURE) is reported once.
+_setting_warnings = WarnOnce(_logger, "OTLP exporter settings")
 
 
 def build_span_exporter(name: str) -> SpanExporter | None:
@@ -38,8 +42,13 @@ def build_metric_reader(
 ) -> MetricReader:
     """The metric reader for exporter `name`.
 
-    `otlp` and `console` get a periodic reader every `interval_ms`; `prometheus` gets the
-    pull reader and an HTTP endpoint, whose stop function is appended to `on_shutdown`.
+    `otlp` and `console` get a periodic reader every `interval_ms`, whose export timeout is
+    `OTEL_METRIC_EXPORT_TIMEOUT` (a bad value gives the default, with a warning naming the
+    variable); `prometheus` gets the pull reader and an HTTP endpoint, whose stop function
+    is appended to `on_shutdown`.
+
+    Raises:
+        ValueError: An `OTEL_EXPORTER_OTLP_*` setting of the OTLP metric exporter is bad.
     """
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
@@ -49,11 +58,22 @@ def build_metric_reader(
         metric_exporter: Any = console_metric_exporter(current_stdout())
     else:
         metric_exporter = _otlp_exporter("metrics")
-    return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=interval_ms)
+    timeout_ms, problem = _otel_env.metric_export_timeout_ms()
+    if problem is not None:
+        _setting_warnings.warn(problem, "%s", problem)
+    return PeriodicExportingMetricReader(
+        metric_exporter, export_interval_millis=interval_ms, export_timeout_millis=timeout_ms
+    )
 
 
 def _otlp_exporter(signal: str) -> Any:
-    """An OTLP exporter for `signal`, over the configured transport when it is installed."""
+    """An OTLP exporter for `signal`, over the configured transport when it is installed.
+
+    Raises:
+        ValueError: The protocol is unknown, or a setting the exporter reads is bad
+            (`_otel_env.check_otlp_settings`); checked before the exporter is built.
+        ImportError: Neither transport's exporter is installed.
+    """
     preferred, fallback = _otel_env.otlp_transports(signal)
     hint = _otel_env.install_hint(_otel_env.SDK_EXTRA)
     missing: list[str] = []
@@ -74,6 +94,8 @@ def _otlp_exporter(signal: str) -> Any:
                 transport,
                 hint,
             )
+        for problem in _otel_env.check_otlp_settings(signal, transport):
+            _setting_warnings.warn(problem, "%s", problem)
         return getattr(module, _otel_env.OTLP_EXPORTER_CLASSES[signal])()
     raise ImportError(
         f"setup_telemetry: exporter 'otlp' needs an OTLP {signal} exporter, and none is "

@@ -1,19 +1,29 @@
-"""Building the SDK providers an exporting process records through.
+"""Building the SDK providers an exporting process records through, and how they end.
 
 The SDK is imported here, inside the functions, so `import nemo.lens` needs only the
 API. A pipeline is built completely before anything global changes, so a failure
 (a missing package, a port in use) leaves the process as it was.
+
+The providers are built with `shutdown_on_exit=False`: the SDK's own exit handlers wait
+on exporters without a bound (a dead collector held exit for 10-48 s), so lens shuts the
+pipeline down itself, within a budget (`nemo.lens.handle`, `nemo.lens._shutdown`).
+
+Spans pass a `SpanQueueGate` on their way into the batch processor: the gate keeps the
+processor's queue from overflowing (where the SDK would drop spans silently, or log
+once per span) and counts every span it refuses, in the `nemo.lens.spans.dropped`
+counter and in one warning at shutdown.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
-from nemo.lens import _inheritance, _otel_env, _resource
+from nemo.lens import _inheritance, _otel_env, _otel_internals, _resource, _shutdown
 from nemo.lens._sdk import _exporters, _fork
 from nemo.lens._sdk._ids import build_id_generator
 from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
@@ -23,12 +33,119 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     from opentelemetry.util.types import AttributeValue
 
 
 _logger = logging.getLogger(__name__)
+
+#: The counter of spans lens refused because the batch queue was full.
+DROPPED_SPANS_METRIC: Final = "nemo.lens.spans.dropped"
+DROPPED_SPANS_UNIT: Final = "{span}"
+
+
+class SpanQueueGate:
+    """Admits a span into the batch processor only while its queue has room; counts the rest.
+
+    The SDK's batch processor drops spans once its queue is full, and releases differ in
+    how (or whether) they report it. The gate counts the spans it let in and the spans
+    the processor handed to its exporter; the difference bounds the processor's queue,
+    so with `capacity` equal to the processor's queue size the processor never drops a
+    span: the gate refuses it instead, and counts it. Counting is exact and needs no
+    SDK internals.
+
+    Only the process that built the pipeline counts (a forked child's inherited pipeline
+    exports nothing, and the gate's lock may have been held at the fork).
+
+    Args:
+        capacity: The batch processor's queue size.
+        owner_pid: The process that built the pipeline.
+    """
+
+    def __init__(self, capacity: int, owner_pid: int) -> None:
+        self.capacity = capacity
+        self._owner_pid = owner_pid
+        self._lock = threading.Lock()
+        self._admitted = 0
+        self._handed = 0
+        self._dropped = 0
+        self._closed = False
+        self._drained = False
+        self._reported = False
+        #: Called with each refused span's count (the dropped-spans counter's `add`).
+        self.on_drop: Callable[[int], object] | None = None
+
+    @property
+    def closed(self) -> bool:
+        """True once the batch processor behind the gate began to shut down."""
+        return self._closed
+
+    @property
+    def dropped(self) -> int:
+        """Spans refused so far because the queue was full."""
+        return self._dropped
+
+    def admit(self, span: ReadableSpan) -> bool:
+        """True if `span` may go into the batch processor; False if it is dropped."""
+        if self._closed:
+            return False  # shut down: the SDK would warn once per span and drop it anyway
+        if os.getpid() != self._owner_pid:
+            return True
+        context = span.context
+        if context is None or not context.trace_flags.sampled:
+            return True  # the processor ignores it without queueing it
+        with self._lock:
+            if self._admitted - self._handed < self.capacity:
+                self._admitted += 1
+                return True
+            self._dropped += 1
+        on_drop = self.on_drop
+        if on_drop is not None:
+            try:
+                on_drop(1)
+            except Exception as exc:
+                _logger.debug("counting a dropped span failed: %s: %s", type(exc).__name__, exc)
+        return False
+
+    def handed(self, count: int) -> None:
+        """The processor handed `count` spans to its exporter (they left the queue)."""
+        if os.getpid() != self._owner_pid:
+            return
+        with self._lock:
+            self._handed += count
+
+    def close(self) -> None:
+        """The processor is shutting down: admit nothing more."""
+        self._closed = True
+
+    def drained(self) -> None:
+        """The processor finished its shutdown: everything admitted was handed over."""
+        self._drained = True
+
+    def report(self) -> int:
+        """Log, once, one warning with the number of spans dropped; return that number.
+
+        After a complete shutdown, a span let in but never handed to the exporter was
+        lost inside the processor; it is counted too.
+        """
+        if self._reported or os.getpid() != self._owner_pid:
+            return 0
+        self._reported = True
+        with self._lock:
+            dropped = self._dropped
+            lost = self._admitted - self._handed if self._drained else 0
+        total = dropped + max(0, lost)
+        if total:
+            _logger.warning(
+                "%d span(s) were dropped because the batch span queue (%d spans) was full "
+                "(counted in %s); set OTEL_BSP_MAX_QUEUE_SIZE to a larger queue, or "
+                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE / OTEL_BSP_SCHEDULE_DELAY to drain it sooner",
+                total,
+                self.capacity,
+                DROPPED_SPANS_METRIC,
+            )
+        return total
 
 
 @dataclass
@@ -40,6 +157,67 @@ class Pipeline:
     open_spans: OpenSpanTracker | None = None
     #: Run after the providers shut down (the Prometheus endpoint's stop).
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
+    #: Readers whose own shutdown does not export (not periodic): flushed before it.
+    readers_to_flush: list[MetricReader] = field(default_factory=list)
+    #: The gate in front of the batch span processor, if there is one.
+    span_gate: SpanQueueGate | None = None
+
+    def shutdown_lanes(self) -> list[_shutdown.Lane]:
+        """Shutdown's work, one lane per signal, metrics first; each exports once.
+
+        The SDK's `MeterProvider.shutdown` makes a periodic reader collect and export one
+        last time, and `TracerProvider.shutdown` ends the open spans and drains the
+        batch queue, so neither is flushed first (that would export twice). A reader
+        that does not export at its own shutdown is flushed before it.
+        """
+        lanes: list[_shutdown.Lane] = []
+        meter_provider = self.meter_provider
+        if meter_provider is not None and _otel_internals.provider_is_shut_down(meter_provider):
+            meter_provider = None  # shut down elsewhere (the SDK warns about a second time)
+        metric_steps: list[_shutdown.Step] = []
+        if meter_provider is not None:
+            metric_steps += [
+                ("metric reader.force_flush", _shutdown.with_budget(reader.force_flush))
+                for reader in self.readers_to_flush
+            ]
+            metric_steps += _shutdown.provider_steps(
+                meter_provider, "meter provider", flush=False, shut_down=True
+            )
+        metric_steps += [("endpoint stop", _ignore_budget(stop)) for stop in self.on_shutdown]
+        if metric_steps:
+            lanes.append(("metrics", metric_steps))
+        if self.tracer_provider is not None:
+            lanes.append(
+                (
+                    "traces",
+                    _shutdown.provider_steps(
+                        self.tracer_provider, "tracer provider", flush=False, shut_down=True
+                    ),
+                )
+            )
+        return lanes
+
+    def flush_lanes(self) -> list[_shutdown.Lane]:
+        """`force_flush`'s work, one lane per signal, metrics first."""
+        lanes: list[_shutdown.Lane] = []
+        for signal, provider, label in (
+            ("metrics", self.meter_provider, "meter provider"),
+            ("traces", self.tracer_provider, "tracer provider"),
+        ):
+            if provider is not None:
+                lanes.append(
+                    (signal, _shutdown.provider_steps(provider, label, flush=True, shut_down=False))
+                )
+        return lanes
+
+    def report_dropped_spans(self) -> int:
+        """Log the number of spans dropped, once (see `SpanQueueGate.report`)."""
+        gate = self.span_gate
+        return 0 if gate is None else gate.report()
+
+
+def _ignore_budget(action: Callable[[], object]) -> Callable[[int], object]:
+    return lambda remaining_ms: action()
 
 
 def build_pipeline(
@@ -50,18 +228,23 @@ def build_pipeline(
     resource_attributes: Mapping[str, object] | None,
     span_exporter: SpanExporter | None,
     metric_reader: MetricReader | None,
+    instrumentation_scope: str,
 ) -> Pipeline:
     """Build the resource and the SDK providers `config` asks for.
 
+    `instrumentation_scope` names the meter lens's own counter (`nemo.lens.spans.dropped`)
+    is created on.
+
     Raises:
         ImportError: The SDK, or the exporter `config.exporter` needs, is not installed.
-        ValueError: `OTEL_METRIC_EXPORT_INTERVAL` or the Prometheus port is malformed.
+        ValueError: `OTEL_METRIC_EXPORT_INTERVAL`, an `OTEL_BSP_*` variable or the
+            Prometheus port is malformed.
         OSError: The Prometheus endpoint cannot bind its address.
     """
     try:
         from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:
         raise ImportError(
             "setup_telemetry: an exporting process needs the OpenTelemetry SDK; "
@@ -81,6 +264,7 @@ def build_pipeline(
         forked_child=_inheritance.inherited_a_pipeline(),
     )
     resource = build_resource(attributes)
+    batch_settings = _otel_env.batch_span_settings() if config.traces_enabled else None
     pipeline = Pipeline(tracer_provider=None, meter_provider=None)
     try:
         if config.metrics_enabled:
@@ -91,26 +275,100 @@ def build_pipeline(
                     _otel_env.metric_export_interval_ms(),
                     pipeline.on_shutdown,
                 )
-            pipeline.meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+            pipeline.meter_provider = MeterProvider(
+                resource=resource, metric_readers=[reader], shutdown_on_exit=False
+            )
+            if not isinstance(reader, PeriodicExportingMetricReader):
+                pipeline.readers_to_flush.append(reader)
             _fork.gate_metric_reader(reader, owner_pid)
         if config.traces_enabled:
             exporter = span_exporter
             if exporter is None:
                 exporter = _exporters.build_span_exporter(config.exporter)
-            tracer_provider = TracerProvider(resource=resource, id_generator=build_id_generator())
+            tracer_provider = TracerProvider(
+                resource=resource, id_generator=build_id_generator(), shutdown_on_exit=False
+            )
             pipeline.tracer_provider = tracer_provider
             # Before the batch processor, so spans it ends at shutdown are still exported.
             pipeline.open_spans = OpenSpanTracker()
             tracer_provider.add_span_processor(build_open_span_closer(pipeline.open_spans))
-            if exporter is not None:
+            if exporter is not None and batch_settings is not None:
+                gate = SpanQueueGate(batch_settings.max_queue_size, owner_pid)
+                if pipeline.meter_provider is not None:
+                    dropped = pipeline.meter_provider.get_meter(instrumentation_scope)
+                    gate.on_drop = dropped.create_counter(
+                        DROPPED_SPANS_METRIC,
+                        unit=DROPPED_SPANS_UNIT,
+                        description="Spans lens dropped because the batch span queue was full",
+                    ).add
+                pipeline.span_gate = gate
                 tracer_provider.add_span_processor(
-                    BatchSpanProcessor(_fork.bind_span_exporter_to_process(exporter, owner_pid))
+                    build_gated_batch_processor(
+                        _fork.bind_span_exporter_to_process(exporter, owner_pid),
+                        batch_settings,
+                        gate,
+                    )
                 )
     except BaseException:
         _discard(pipeline)
         raise
     _inheritance.note_pipeline_built(pipeline.meter_provider)
     return pipeline
+
+
+def build_gated_batch_processor(
+    exporter: SpanExporter, settings: _otel_env.BatchSpanSettings, gate: SpanQueueGate
+) -> SpanProcessor:
+    """An SDK `BatchSpanProcessor` sized by `settings`, behind `gate`.
+
+    The processor exports through a thin wrapper of `exporter` that tells the gate how
+    many spans left the queue; the returned processor asks the gate before queueing.
+    """
+    from opentelemetry.sdk.trace import SpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+    class QueueCountingExporter(SpanExporter):
+        """Forwards to the exporter; tells the gate what left the queue."""
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            gate.handed(len(spans))
+            return exporter.export(spans)
+
+        def shutdown(self) -> None:
+            exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return exporter.force_flush(timeout_millis)
+
+    batch = BatchSpanProcessor(
+        QueueCountingExporter(),
+        max_queue_size=settings.max_queue_size,
+        schedule_delay_millis=settings.schedule_delay_ms,
+        max_export_batch_size=settings.max_export_batch_size,
+        export_timeout_millis=settings.export_timeout_ms,
+    )
+
+    class QueueGatedSpanProcessor(SpanProcessor):
+        """The batch processor, entered only through the gate."""
+
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            batch.on_start(span, parent_context=parent_context)
+
+        def on_end(self, span: ReadableSpan) -> None:
+            if gate.admit(span):
+                batch.on_end(span)
+
+        def shutdown(self) -> None:
+            if gate.closed:
+                return  # shut down already (the SDK would warn about a second time)
+            gate.close()
+            batch.shutdown()  # type: ignore[no-untyped-call,unused-ignore]
+            gate.drained()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return bool(batch.force_flush(timeout_millis))
+
+    return QueueGatedSpanProcessor()
 
 
 def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:

@@ -233,6 +233,46 @@ def test_header_values_are_hidden() -> None:
     assert "OTEL_SERVICE_NAME                        'shown'" in result.stdout
 
 
+def test_url_passwords_are_hidden_in_the_environment_and_the_checks(closed_port: int) -> None:
+    """An endpoint's password never appears: not in the OTEL_* list, the checks or the summary."""
+    endpoint = f"https://trainer:pa55w0rd@127.0.0.1:{closed_port}"
+    result = doctor(NEMO_LENS_ENABLED="1", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
+    assert result.returncode == 1
+    assert "pa55w0rd" not in result.stdout
+    hidden = f"https://trainer:***@127.0.0.1:{closed_port}"
+    assert f"OTEL_EXPORTER_OTLP_ENDPOINT              '{hidden}'" in result.stdout
+    (line,) = fail_lines(result.stdout)
+    assert f"OTLP grpc endpoint {hidden} (traces, metrics) is not reachable" in line
+    assert result.stdout.count(hidden) == 3  # the variable, the FAIL line, the summary
+
+
+def test_a_password_in_an_invalid_endpoint_is_hidden_in_the_error() -> None:
+    """A rejected endpoint is quoted with its password hidden, even a password with a raw @."""
+    endpoint = "http://trainer:p@ss@127.0.0.1:notaport"
+    result = doctor(NEMO_LENS_ENABLED="1", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=endpoint)
+    assert result.returncode == 1
+    assert "p@ss" not in result.stdout
+    (line,) = fail_lines(result.stdout)
+    assert "'http://trainer:***@127.0.0.1:notaport' has an invalid port" in line
+
+
+def test_secret_looking_variables_and_list_items_are_hidden() -> None:
+    """OTEL_* variables named like credentials are hidden; secret items of a list are redacted."""
+    result = doctor(
+        NEMO_LENS_EXPORTER="console",
+        OTEL_EXPORTER_JAEGER_PASSWORD="hunter2",
+        OTEL_RESOURCE_ATTRIBUTES="team=vision,api_key=sk-live-1,Authorization=Bearer x",
+    )
+    assert "hunter2" not in result.stdout
+    assert "sk-live-1" not in result.stdout
+    assert "Bearer" not in result.stdout
+    lines = dict(line.split(None, 1) for line in result.stdout.splitlines() if "OTEL_" in line)
+    assert lines["OTEL_EXPORTER_JAEGER_PASSWORD"].strip() == "<set, value hidden>"
+    assert lines["OTEL_RESOURCE_ATTRIBUTES"].strip() == (
+        "'team=vision,api_key=[REDACTED],Authorization=[REDACTED]'"
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

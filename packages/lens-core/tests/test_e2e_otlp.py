@@ -101,8 +101,9 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def record_workload(handle: TelemetryHandle) -> None:
-    """1,000 counter increments, a gauge, an up-down counter, a histogram, and spans."""
+def record_workload(handle: TelemetryHandle) -> Any:
+    """1,000 counter increments, a gauge, an up-down counter, a histogram, and spans; returns
+    the span left open, which the caller keeps alive (lens tracks open spans weakly)."""
     register_metric_group("e2e", SPECS)
     for _ in range(1000):
         record_metrics(handle.meter, "e2e", steps=1, attributes={"phase": "train"})
@@ -117,7 +118,7 @@ def record_workload(handle: TelemetryHandle) -> None:
         tracer.start_as_current_span("step") as step,
     ):
         step.set_attribute("dl.iteration", 3)
-    handle.tracer.start_span("still-open")
+    return handle.tracer.start_span("still-open")
 
 
 def check_everything_arrived(received: Received, run_id: str) -> None:
@@ -252,8 +253,9 @@ def test_otlp_http_delivers_every_value_and_resource_attribute(
     handle = setup_telemetry(
         e2e_config("httprun"), rank=1, world_size=2, resource_attributes=CALLER_RESOURCE
     )
-    record_workload(handle)
+    still_open = record_workload(handle)
     handle.shutdown(timeout_ms=20000)
+    assert not still_open.is_recording()  # shutdown ended it
     check_everything_arrived(received, "httprun")
 
 
@@ -290,8 +292,9 @@ def test_otlp_grpc_is_the_default_transport(monkeypatch: pytest.MonkeyPatch) -> 
         handle = setup_telemetry(
             e2e_config("grpcrun"), rank=1, world_size=2, resource_attributes=CALLER_RESOURCE
         )
-        record_workload(handle)
+        still_open = record_workload(handle)
         handle.shutdown(timeout_ms=20000)
+        assert not still_open.is_recording()  # shutdown ended it
     finally:
         server.stop(grace=None).wait(10)
     check_everything_arrived(received, "grpcrun")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -283,4 +284,34 @@ def test_child_releases_the_prometheus_socket(monkeypatch: pytest.MonkeyPatch) -
     assert in_child(child) == {"fileno": -1}
     with socket.create_connection(("127.0.0.1", port), timeout=5):
         pass
+    handle.shutdown()
+
+
+def test_child_closes_its_copies_of_the_scrapes_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scrape served at fork time is closed in the child and still answered by the parent."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True, exporter="prometheus"), span_exporter=RecordingSpanExporter()
+    )
+    (endpoint,) = [endpoint for endpoint in _live_endpoints if endpoint.port == port]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        deadline = time.monotonic() + 10
+        while not endpoint._server._connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+        in_flight = list(endpoint._server._connections)
+        assert len(in_flight) == 1
+
+        def child() -> dict[str, Any]:
+            return {"filenos": [connection.fileno() for connection in in_flight]}
+
+        assert in_child(child) == {"filenos": [-1]}
+        client.sendall(b"\r\n")
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 200")
     handle.shutdown()

@@ -7,15 +7,25 @@
 - `safe_set_span_attributes(span, attributes)`: sets what OpenTelemetry can carry, redacts
   secret-looking keys, and never raises.
 
+All three span helpers start the span with `tracer.start_span` and make it current
+themselves, so that they can end it safely wherever the `with` block is left: a span held
+across a generator's `yield` and resumed in another context cannot be detached there, and
+lens then warns once instead of letting OpenTelemetry log an ERROR with a traceback on every
+step. Whatever they hand the SDK is encodable (span names, attributes, exception texts), so
+one odd value never makes a whole export batch fail.
+
 `trace` is kept as a module attribute and `trace.get_tracer` is looked up at call time,
 never cached, so tests can monkeypatch it and a provider installed later is used.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+import re
+import traceback
+from collections.abc import Callable, Coroutine, Hashable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
@@ -24,9 +34,9 @@ from opentelemetry import trace as trace  # a module attribute consumers' tests 
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from nemo.lens import state as _state
-from nemo.lens._attributes import attribute_key, attribute_value
+from nemo.lens._attributes import attribute_key, attribute_value, encodable_text, is_encodable
 from nemo.lens._warn_once import WarnOnce
-from nemo.lens.state import is_span_group_enabled
+from nemo.lens.state import is_span_group_enabled as is_span_group_enabled  # kept importable
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
@@ -41,9 +51,34 @@ _logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Attribute keys whose values never leave the process; matched exactly, case-sensitively.
+#: Attribute keys whose values never leave the process. A key matches an entry by words,
+#: not by spelling (see `is_secret_key`): `PASSWORD`, `apiKey`, `X-Api-Key`,
+#: `aws_secret_access_key` and `http.request.header.authorization` are all redacted.
 DEFAULT_REDACT_KEYS: Final[frozenset[str]] = frozenset(
-    {"prompt", "input_text", "output_text", "text", "password", "token", "secret", "key"}
+    {
+        # lens v0.2.0's list
+        "prompt",
+        "input_text",
+        "output_text",
+        "text",
+        "password",
+        "token",
+        "secret",
+        "key",
+        # credentials by their other names
+        "passwd",
+        "passphrase",
+        "passwords",
+        "secrets",
+        "authorization",
+        "api_key",
+        "apikey",
+        "credential",
+        "credentials",
+        "private_key",
+        "cookie",
+        "cookies",
+    }
 )
 REDACTED: Final = "[REDACTED]"
 
@@ -54,22 +89,152 @@ _TRACE_FN_SCOPE: Final = "nemo.lens"
 _warnings = WarnOnce(_logger, "nemo.lens span helpers")
 
 
+def _describe(exc: BaseException) -> str:
+    """`TypeName: message` for a log line; an exception whose `str()` fails is still named."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return f"{type(exc).__name__} (its message cannot be shown)"
+
+
 def _warn_once(where: str, exc: BaseException) -> None:
     """Log a recording failure once per (call site, exception type)."""
-    _warnings.warn(
-        (where, type(exc).__name__),
-        "%s failed (%s: %s); lens carries on without it. Further %s errors from this "
-        "call site are not logged.",
-        where,
-        type(exc).__name__,
-        exc,
-        type(exc).__name__,
+    kind = type(exc).__name__
+    if _warnings.first((where, kind)):
+        _logger.warning(
+            "%s failed (%s); lens carries on without it. Further %s errors from this call "
+            "site are not logged.",
+            where,
+            _describe(exc),
+            kind,
+        )
+
+
+# --- redaction ------------------------------------------------------------------------------
+
+# The words of a key: runs of letters split at camelCase humps, and runs of digits;
+# everything else separates. "X-Api-Key" and "apiKey" both give ("api", "key").
+_WORD: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# Words that make a neighbouring entry a quantity, not a secret: "token_count",
+# "num_token", "time_to_first_token", "prompt_len", "prompt_tokens", "gen_ai.token.type",
+# "api_key_id".
+_MEASURE_BEFORE: Final = frozenset(
+    {"avg", "first", "last", "max", "mean", "min", "n", "next", "num", "per", "total"}
+)
+_MEASURE_AFTER: Final = frozenset(
+    {
+        "budget",
+        "chars",
+        "count",
+        "counts",
+        "fraction",
+        "id",
+        "ids",
+        "idx",
+        "index",
+        "len",
+        "length",
+        "limit",
+        "limits",
+        "num",
+        "number",
+        "per",
+        "rate",
+        "ratio",
+        "size",
+        "sizes",
+        "tokens",
+        "total",
+        "type",
+        "types",
+        "usage",
+    }
+)
+
+_Entries = frozenset[tuple[str, ...]]
+
+
+@functools.lru_cache(maxsize=4096)
+def _words(key: str) -> tuple[str, ...]:
+    return tuple(word.lower() for word in _WORD.findall(key))
+
+
+def _entries_of(redact_keys: frozenset[object]) -> _Entries:
+    return frozenset(
+        words for entry in redact_keys if isinstance(entry, str) and (words := _words(entry))
     )
 
 
+_DEFAULT_ENTRIES: Final = _entries_of(DEFAULT_REDACT_KEYS)
+
+
+@functools.lru_cache(maxsize=64)
+def _extended_entries(redact_keys: frozenset[object]) -> _Entries:
+    return _DEFAULT_ENTRIES | _entries_of(redact_keys)
+
+
+def _redaction_entries(redact_keys: Iterable[str] | None) -> _Entries:
+    """The defaults plus the caller's keys, as word tuples."""
+    if redact_keys is None or redact_keys is DEFAULT_REDACT_KEYS:
+        return _DEFAULT_ENTRIES
+    if not isinstance(redact_keys, frozenset):
+        if isinstance(redact_keys, str):
+            redact_keys = (redact_keys,)  # one key, not its letters
+        redact_keys = frozenset(redact_keys)
+    return _extended_entries(redact_keys)
+
+
+@functools.lru_cache(maxsize=8192)
+def _matches(key: str, entries: _Entries) -> bool:
+    words = _words(key)
+    if words in entries:  # a key made of exactly an entry's words is always redacted
+        return True
+    count = len(words)
+    for entry in entries:
+        size = len(entry)
+        for start in range(count - size + 1):
+            if words[start : start + size] != entry:
+                continue
+            before = words[start - 1] if start else ""
+            after = words[start + size] if start + size < count else ""
+            if before not in _MEASURE_BEFORE and after not in _MEASURE_AFTER:
+                return True
+    return False
+
+
+def is_secret_key(key: object, redact_keys: Iterable[str] | None = None) -> bool:
+    """True when the value of attribute `key` must be redacted; never raises.
+
+    The rule: `key` and every entry (`DEFAULT_REDACT_KEYS` plus `redact_keys`, which
+    extend the defaults, never replace them) are split into lower-case words, at
+    non-alphanumerics and camelCase humps. The key is secret when an entry's words appear
+    in it in a row, unless a quantity word stands right next to them (`num_`, `max_`,
+    `first_` before; `_count`, `_len`, `_type`, `_id`, `_per`, ... after), so
+    `access_token`, `AWS_SECRET_ACCESS_KEY` and `gen_ai.prompt` are secret while
+    `token_count`, `num_token` and `time_to_first_token` are not. Entries match whole
+    words only: `tokens_per_sec`, `num_tokens` and `tokenizer` never match `token`. A key
+    made of exactly an entry's words always matches.
+    """
+    try:
+        if not isinstance(key, str):
+            return False
+        plain = key if type(key) is str else str.__str__(key)
+    except Exception:  # an object lying about its class
+        return False
+    try:
+        entries = _redaction_entries(redact_keys)
+    except Exception as exc:  # an unusable custom set: the defaults still apply
+        _warn_once("redaction: reading redact_keys", exc)
+        entries = _DEFAULT_ENTRIES
+    return _matches(plain, entries)
+
+
 def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_REDACT_KEYS) -> str:
-    """Return `"[REDACTED]"` if `key` is one of `redact_keys`, else `value`."""
-    return REDACTED if key in redact_keys else value
+    """Return `"[REDACTED]"` if `key` is a secret key (see `is_secret_key`), else `value`.
+
+    `redact_keys` extends `DEFAULT_REDACT_KEYS`; the default keys are always redacted.
+    """
+    return REDACTED if is_secret_key(key, redact_keys) else value
 
 
 def safe_set_span_attributes(
@@ -81,26 +246,31 @@ def safe_set_span_attributes(
 
     Returns at once for a None or non-recording span. None values are skipped; bool, int,
     float and str values are set; lists and tuples of one scalar type are set as tuples;
-    anything else is dropped silently (the rule of `nemo.lens._attributes`). A key in
-    `redact_keys` is set to `"[REDACTED]"`, whatever its value's type.
+    anything else is dropped silently (the rule of `nemo.lens._attributes`). A secret key
+    (see `is_secret_key`) is set to `"[REDACTED]"`, whatever its value's type, and its
+    value is never logged.
 
     Args:
         span: The span to annotate, or None.
         attributes: Attribute key -> value.
-        redact_keys: Keys whose values are redacted; None means `DEFAULT_REDACT_KEYS`.
+        redact_keys: Keys redacted besides `DEFAULT_REDACT_KEYS`; None means the defaults.
     """
     if span is None:
         return
     try:
         if not span.is_recording():
             return
-        secret_keys = DEFAULT_REDACT_KEYS if redact_keys is None else redact_keys
+        try:
+            entries = _redaction_entries(redact_keys)
+        except Exception as exc:
+            _warn_once("safe_set_span_attributes: reading redact_keys", exc)
+            entries = _DEFAULT_ENTRIES
         accepted: dict[str, Any] = {}
         for raw_key, value in attributes.items():
             key = attribute_key(raw_key)
             if value is None or key is None:
                 continue
-            if key in secret_keys:
+            if _matches(key, entries):
                 accepted[key] = REDACTED
                 continue
             carried = attribute_value(value)
@@ -110,6 +280,228 @@ def safe_set_span_attributes(
             span.set_attributes(accepted)
     except Exception as exc:
         _warn_once("safe_set_span_attributes", exc)
+
+
+# --- what the SDK is handed -------------------------------------------------------------------
+
+
+def _span_name(name: object) -> str:
+    """`name` as a plain, encodable str: OTLP cannot encode bytes, objects or lone surrogates.
+
+    Bytes are decoded as UTF-8 with U+FFFD for what does not decode, other objects go
+    through `str()`, and lone surrogates (an `os.fsdecode`d file name) become U+FFFD. A
+    name that had to change is warned about once per kind.
+    """
+    if type(name) is str and name.isascii():
+        return name
+    try:
+        if isinstance(name, str):
+            plain = str.__str__(name)
+            kind = "" if is_encodable(plain) else "a str with lone surrogates"
+        elif isinstance(name, (bytes, bytearray)):
+            plain = bytes(name).decode("utf-8", "replace")
+            kind = type(name).__name__
+        else:
+            plain = str(name)
+            plain = plain if type(plain) is str else str.__str__(plain)
+            kind = type(name).__name__
+    except Exception as exc:
+        _warn_once("span name: converting it to str", exc)
+        return f"<{type(name).__name__}>"
+    text = encodable_text(plain)
+    if kind:
+        _warnings.warn(
+            ("span name", kind),
+            "a span name must be a str that encodes as UTF-8, got %s; lens uses %r instead. "
+            "Further span names of this kind are not logged.",
+            kind,
+            text,
+        )
+    return text
+
+
+def _record_error(
+    span: Span, exc: Exception, record_exception: bool, typed_description: bool, where: str
+) -> None:
+    """Record `exc` on `span` (the SDK's exception event) and set ERROR status; never raises."""
+    try:
+        raw: str | None = str(exc)
+    except Exception:
+        raw = None
+    message = encodable_text(raw) if raw is not None else f"<{type(exc).__name__}: str() failed>"
+    try:
+        if record_exception:
+            if raw is None or is_encodable(raw):
+                span.record_exception(exc)
+            else:
+                # The SDK writes str(exc) and the traceback (which repeats it) as they are,
+                # and one lone surrogate there would make the whole batch unencodable.
+                stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                span.record_exception(
+                    exc,
+                    attributes={
+                        "exception.message": message,
+                        "exception.stacktrace": encodable_text(stack),
+                    },
+                )
+    except Exception as failure:
+        _warn_once(f"{where}: recording the exception", failure)
+    description = f"{type(exc).__name__}: {message}" if typed_description else message
+    try:
+        span.set_status(Status(StatusCode.ERROR, description))
+    except Exception as failure:
+        _warn_once(f"{where}: setting the ERROR status", failure)
+
+
+# --- making a span current and leaving it, wherever that happens ------------------------------
+
+# Set next to every attach: resetting it tells, without OpenTelemetry's ERROR log, whether
+# the `with` block is left in the contextvars Context that entered it. Only there can the
+# attach be undone; a generator resumed in another task or context leaves it elsewhere.
+_ENTERED_HERE: Final[contextvars.ContextVar[None]] = contextvars.ContextVar(
+    "nemo.lens.span_entered_here"
+)
+
+
+class _Span:
+    """One span made current for a `with` block: the enabled `managed_span`, `span_cm`, `trace_fn`.
+
+    It starts the span on the tracer, sets the attributes safely, attaches it to the
+    current context and yields it; on the way out it records an `Exception` (ERROR
+    status), detaches and ends the span. Each step that fails costs only itself (one
+    warning per kind); nothing raises into the caller, and the body's own exception
+    propagates unchanged.
+    """
+
+    __slots__ = (
+        "_attached",
+        "_attributes",
+        "_fallback",
+        "_marker",
+        "_name",
+        "_parent",
+        "_record_exception",
+        "_scope",
+        "_span",
+        "_token",
+        "_tracer",
+        "_typed_description",
+        "_where",
+    )
+
+    def __init__(
+        self,
+        where: str,
+        name: object,
+        tracer: Tracer | None,
+        scope: str,
+        attributes: Mapping[str, object],
+        *,
+        record_exception: bool = True,
+        typed_description: bool = False,
+        fallback: Span | None = None,
+    ) -> None:
+        self._where = where
+        self._name: object = name
+        self._tracer = tracer
+        self._scope = scope
+        self._attributes = attributes
+        self._record_exception = record_exception
+        self._typed_description = typed_description
+        self._fallback = fallback
+        self._span: Span | None = None
+        self._token: object = None
+        self._marker: contextvars.Token[None] | None = None
+        self._parent: object = None
+        self._attached: object = None
+
+    def __enter__(self) -> Span | None:
+        where = self._where
+        self._name = name = _span_name(self._name)
+        try:
+            tracer = self._tracer if self._tracer is not None else trace.get_tracer(self._scope)
+            span = tracer.start_span(name)
+        except Exception as exc:
+            _warn_once(f"{where}: starting the span", exc)
+            return self._fallback
+        if span is None or not callable(getattr(span, "end", None)):
+            _warnings.warn(
+                (where, "not a span"),
+                "%s: the tracer's start_span returned %s, not a span; lens runs the body "
+                "without one. Further cases from this call site are not logged.",
+                where,
+                type(span).__name__,
+            )
+            return self._fallback
+        if self._attributes:
+            safe_set_span_attributes(span, self._attributes)
+        try:
+            parent = otel_context.get_current()
+            attached = trace.set_span_in_context(span, parent)
+            self._token = otel_context.attach(attached)
+            self._marker = _ENTERED_HERE.set(None)
+            self._parent, self._attached = parent, attached
+        except Exception as exc:
+            _warn_once(f"{where}: making the span current", exc)
+        self._span = span
+        return span
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        span, token, marker = self._span, self._token, self._marker
+        if span is None:
+            return
+        parent, attached = self._parent, self._attached
+        self._span = self._token = self._marker = self._parent = self._attached = None
+        if isinstance(exc, Exception):
+            _record_error(span, exc, self._record_exception, self._typed_description, self._where)
+        if token is not None and marker is not None:
+            _leave(self._where, self._name, token, marker, parent, attached)
+        try:
+            span.end()
+        except Exception as failure:
+            _warn_once(f"{self._where}: ending the span", failure)
+
+
+def _leave(
+    where: str,
+    name: object,  # the coerced, encodable name
+    token: object,
+    marker: contextvars.Token[None],
+    parent: object,
+    attached: object,
+) -> None:
+    """Undo the attach if this is the Context that made it; else leave a warning, once."""
+    try:
+        _ENTERED_HERE.reset(marker)
+    except (ValueError, RuntimeError):
+        # Another Context (a generator resumed in another task, thread or
+        # copy_context().run): OpenTelemetry's detach would fail and log an ERROR with a
+        # traceback, every step. Where this Context still shows the span as current
+        # (it was copied while the span was open), its parent becomes current again.
+        try:
+            if otel_context.get_current() is attached:
+                otel_context.attach(parent)  # type: ignore[arg-type]  # the parent Context
+        except Exception as exc:
+            _warn_once(f"{where}: restoring the parent context", exc)
+        _warnings.warn(
+            (where, "left in another context"),
+            "%s: span %r was left in another context than the one that entered it (held "
+            "across a generator's yield and resumed in another task, thread or context); "
+            "lens ended it without detaching, which only the entering context can do. "
+            "Further cases from this call site are not logged.",
+            where,
+            name,
+        )
+        return
+    try:
+        otel_context.detach(token)  # type: ignore[arg-type]  # the token attach returned
+    except Exception as exc:
+        _warn_once(f"{where}: detaching the span", exc)
+
+
+# --- managed_span ---------------------------------------------------------------------------
 
 
 class _SpanOff:
@@ -144,57 +536,6 @@ class _SpanOff:
 _SPAN_OFF: Final = _SpanOff()
 
 
-class _ManagedSpan:
-    """An enabled `managed_span`: a child span of the current context, attached while open."""
-
-    __slots__ = ("_attributes", "_name", "_span", "_token", "_tracer")
-
-    def __init__(self, name: str, tracer: Tracer | None, attributes: dict[str, object]) -> None:
-        self._name = name
-        self._tracer = tracer
-        self._attributes = attributes
-        self._span: Span | None = None
-        self._token: object = None
-
-    def __enter__(self) -> Span | None:
-        try:
-            tracer = self._tracer if self._tracer is not None else trace.get_tracer(_HELPERS_SCOPE)
-            span = tracer.start_span(self._name)
-        except Exception as exc:
-            _warn_once("managed_span: starting the span", exc)
-            return None
-        safe_set_span_attributes(span, self._attributes)
-        try:
-            self._token = otel_context.attach(trace.set_span_in_context(span))
-        except Exception as exc:
-            _warn_once("managed_span: attaching the span", exc)
-        self._span = span
-        return span
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        span, token = self._span, self._token
-        if span is None:
-            return
-        self._span = self._token = None
-        if isinstance(exc, Exception):
-            try:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, str(exc)))
-            except Exception as failure:
-                _warn_once("managed_span: recording the exception", failure)
-        if token is not None:
-            try:
-                otel_context.detach(token)  # type: ignore[arg-type]  # the token attach returned
-            except Exception as failure:
-                _warn_once("managed_span: detaching the span", failure)
-        try:
-            span.end()
-        except Exception as failure:
-            _warn_once("managed_span: ending the span", failure)
-
-
 def managed_span(
     group: str, name: str, tracer: Tracer | None = None, **attributes: object
 ) -> AbstractContextManager[Span | None]:
@@ -204,7 +545,8 @@ def managed_span(
     and the body still runs. Enabled, it starts a child of the current span on `tracer`
     (default: `trace.get_tracer("nemo.lens.helpers")`, looked up now), sets `attributes`
     safely, makes the span current and yields it. An `Exception` from the body is recorded
-    with ERROR status and re-raised; the span is always ended.
+    with ERROR status and re-raised; the span is always ended. A group name that cannot be
+    looked up (its `__hash__` or `__eq__` raises) counts as disabled, with one warning.
 
     Example::
 
@@ -217,60 +559,17 @@ def managed_span(
         tracer: The tracer to use; None looks up lens's helpers tracer.
         **attributes: Span attributes, including dotted keys passed as `**{...}`.
     """
-    if not is_span_group_enabled(group):
+    try:
+        # is_span_group_enabled's own membership test, inline: one call less per step.
+        if group not in _state._enabled:
+            return _SPAN_OFF
+    except Exception as exc:  # an unhashable name, or a __hash__/__eq__ that raises
+        _warn_once("managed_span: looking up the span group", exc)
         return _SPAN_OFF
-    return _ManagedSpan(name, tracer, attributes)
+    return _Span("managed_span", name, tracer, _HELPERS_SCOPE, attributes)
 
 
-class _CurrentSpan:
-    """An ungated span made current with `start_as_current_span`, failing soft."""
-
-    __slots__ = ("_attributes", "_name", "_record_exception", "_scope", "_scope_cm", "_tracer")
-
-    def __init__(
-        self,
-        name: str,
-        tracer: Tracer | None,
-        scope: str,
-        record_exception: bool,
-        attributes: Mapping[str, object],
-    ) -> None:
-        self._name = name
-        self._tracer = tracer
-        self._scope = scope
-        self._record_exception = record_exception
-        self._attributes = attributes
-        self._scope_cm: Any = None
-
-    def __enter__(self) -> Span:
-        try:
-            tracer = self._tracer if self._tracer is not None else trace.get_tracer(self._scope)
-            scope_cm = tracer.start_as_current_span(
-                self._name, record_exception=self._record_exception
-            )
-            span = scope_cm.__enter__()
-        except Exception as exc:
-            _warn_once(f"{self._name!r} span: starting it", exc)
-            # Non-recording, so the body's span calls still work without a check.
-            return trace.INVALID_SPAN
-        self._scope_cm = scope_cm
-        if self._attributes:
-            safe_set_span_attributes(span, self._attributes)
-        return span
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> None:
-        scope_cm, self._scope_cm = self._scope_cm, None
-        if scope_cm is None:
-            return
-        try:
-            # The SDK records the exception, sets ERROR and ends the span; the body's
-            # exception then propagates because this method returns None.
-            scope_cm.__exit__(exc_type, exc, tb)
-        except Exception as failure:
-            if failure is not exc:
-                _warn_once(f"{self._name!r} span: ending it", failure)
+# --- span_cm --------------------------------------------------------------------------------
 
 
 def span_cm(
@@ -281,46 +580,96 @@ def span_cm(
 ) -> AbstractContextManager[Span]:
     """Open an ungated span named `name`, made current for the body; for top-level phases.
 
-    Calls `start_as_current_span(name, record_exception=record_exception)` on `tracer`
-    (default: `trace.get_tracer("nemo.lens.helpers")`, looked up now), sets `attributes`
-    safely and yields the span. An exception from the body sets ERROR status and propagates.
-    If the span cannot be started, it yields a non-recording span and the body still runs.
+    Starts the span on `tracer` (default: `trace.get_tracer("nemo.lens.helpers")`, looked
+    up now), sets `attributes` safely and yields the span. An exception from the body sets
+    ERROR status (`TypeName: message`), is recorded as an event when `record_exception`
+    is true, and propagates. If the span cannot be started, it yields a non-recording span
+    and the body still runs.
 
     Example::
 
         with span_cm("checkpoint.save", num_shards=8) as span:
             save()
     """
-    return _CurrentSpan(name, tracer, _HELPERS_SCOPE, record_exception, attributes)
+    return cast(
+        AbstractContextManager[Span],
+        _Span(
+            "span_cm",
+            name,
+            tracer,
+            _HELPERS_SCOPE,
+            attributes,
+            record_exception=record_exception,
+            typed_description=True,
+            fallback=trace.INVALID_SPAN,  # non-recording: the body's span calls still work
+        ),
+    )
+
+
+# --- trace_fn -------------------------------------------------------------------------------
+
+
+class _GuardedGate:
+    """A non-str group name as a gate: its hash is read once and a failing `__eq__` is False.
+
+    `gate in _state._enabled` then never raises, whatever the object does later.
+    """
+
+    __slots__ = ("_group", "_hash")
+
+    def __init__(self, group: Hashable, group_hash: int) -> None:
+        self._group = group
+        self._hash = group_hash
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        try:
+            return bool(self._group == other)
+        except Exception as exc:
+            _warn_once("trace_fn: comparing the span group name", exc)
+            return False
+
+
+def _gate_of(group: object) -> object:
+    """What `trace_fn`'s wrappers look up in the enabled set for `group`; never raises."""
+    if type(group) is str:
+        return group
+    try:
+        if isinstance(group, str):
+            return str.__str__(group)
+        return _GuardedGate(group, hash(group))
+    except Exception as exc:
+        _warn_once("trace_fn: reading the span group name", exc)
+        return object()  # a name that cannot be looked up names no group: never traced
 
 
 def trace_fn(group: str, name: str, tracer: Tracer | None = None) -> Callable[[F], F]:
     """Decorate a function so each call runs in a span named `name` while `group` is on.
 
     The gate is checked on every call, so decorating at import, before setup, works;
-    disabled, the call is a plain call. Enabled, the call runs inside
-    `start_as_current_span(name)` on `tracer` (default: `trace.get_tracer("nemo.lens")`,
-    looked up at call time), which records an exception and sets ERROR before it
+    disabled, the call is a plain call. Enabled, the call runs inside a span named `name`
+    on `tracer` (default: `trace.get_tracer("nemo.lens")`, looked up at call time), made
+    current for the call, which records an exception and sets ERROR before it
     propagates. A coroutine function gets an async wrapper whose span covers the await.
-    The wrapper keeps `functools.wraps` metadata.
+    The wrapper keeps `functools.wraps` metadata. A group name that cannot be looked up
+    never traces.
 
     Example::
 
         @trace_fn("optimizer", "optimizer.step")
         def step(model, grads): ...
     """
-    try:
-        hash(group)
-        gate: object = group
-    except TypeError:
-        gate = object()  # an unhashable name names no group: never traced
+    gate = _gate_of(group)
+    span_name = _span_name(name)
 
     def decorate(fn: F) -> F:
         import inspect  # at decoration time, kept off `import nemo.lens`
 
         if inspect.iscoroutinefunction(fn):
-            return cast(F, _async_wrapper(fn, gate, name, tracer))
-        traced = _traced_call(fn, name, tracer)
+            return cast(F, _async_wrapper(fn, gate, span_name, tracer))
+        traced = _traced_call(fn, span_name, tracer)
         wrapper = _same_signature_wrapper(fn, gate, traced)
         if wrapper is None:
             wrapper = _any_signature_wrapper(fn, gate, traced)
@@ -329,11 +678,15 @@ def trace_fn(group: str, name: str, tracer: Tracer | None = None) -> Callable[[F
     return decorate
 
 
+def _trace_fn_span(name: str, tracer: Tracer | None) -> _Span:
+    return _Span("trace_fn", name, tracer, _TRACE_FN_SCOPE, {}, typed_description=True)
+
+
 def _traced_call(fn: Callable[..., Any], name: str, tracer: Tracer | None) -> Callable[..., Any]:
     """Return a callable that runs `fn` inside a current span (the enabled path)."""
 
     def traced(*args: Any, **kwargs: Any) -> Any:
-        with _CurrentSpan(name, tracer, _TRACE_FN_SCOPE, True, {}):
+        with _trace_fn_span(name, tracer):
             return fn(*args, **kwargs)
 
     return traced
@@ -434,7 +787,7 @@ def _async_wrapper(
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         if gate in _state._enabled:
-            with _CurrentSpan(name, tracer, _TRACE_FN_SCOPE, True, {}):
+            with _trace_fn_span(name, tracer):
                 return await fn(*args, **kwargs)
         return await fn(*args, **kwargs)
 

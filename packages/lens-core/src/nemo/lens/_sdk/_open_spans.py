@@ -5,6 +5,10 @@ spans open, and the SDK exports only ended spans, so the most interesting spans 
 vanish. lens's processor remembers every open span; at shutdown it ends them, innermost
 first, marked as truncated. It is registered before the batch processor, so the batch
 processor is still running when those spans end and exports them.
+
+The spans are held weakly: a span that was started, never ended and then dropped by its
+code (nothing can end it any more) is freed as it would be without lens, instead of being
+kept for the life of the process (about 3 KB each).
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ class OpenSpanTracker:
     """The spans started and not yet ended, in start order."""
 
     def __init__(self) -> None:
-        # Keyed by span id (on_end gets a readable copy, not the started object); a dict
-        # keeps start order, so reversing it ends every child (which always starts after
-        # its parent) before its parent.
-        self._open: dict[int, Any] = {}
+        # Keyed by span id (on_end gets a readable copy, not the started object); the
+        # mapping keeps start order, so reversing it ends every child (which always starts
+        # after its parent) before its parent. Values are weak: a dropped span goes.
+        self._open: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
         _live_trackers.add(self)
 
@@ -73,7 +77,7 @@ class OpenSpanTracker:
 
     def forget_inherited(self) -> None:
         """In a forked child: the parent's open spans are the parent's to end."""
-        self._open = {}
+        self._open = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
 
 

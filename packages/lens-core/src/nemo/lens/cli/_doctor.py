@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import os
 import platform
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,50 @@ exit status: 0 all well; 1 a problem was found (each is printed with what to do)
 
 _OTEL_DISTRIBUTIONS: Final = ("opentelemetry-api", "opentelemetry-sdk")
 
+HIDDEN: Final = "<set, value hidden>"
+# The user-information part of a URL (`scheme://user:password@`); the last `@` before the
+# path ends it, as urllib reads it, so a password holding a raw `@` is hidden whole.
+_URL_USERINFO: Final = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s]*)@"
+)
+# One `key=value` item of a comma-separated list (OTEL_RESOURCE_ATTRIBUTES, headers).
+_LIST_ITEM: Final = re.compile(r"(?P<key>[^,=\s]+)(?P<equals>\s*=\s*)(?P<value>[^,]*)")
+
+
+def _hide_password(match: re.Match[str]) -> str:
+    user, colon, _password = match["userinfo"].partition(":")
+    return f"{match['scheme']}{user}:***@" if colon else match[0]
+
+
+def hide_secrets(text: str) -> str:
+    """`text` with every URL password replaced by `***` (`https://user:***@host:4318`)."""
+    return _URL_USERINFO.sub(_hide_password, text) if "@" in text else text
+
+
+def _hide_list_item(match: re.Match[str]) -> str:
+    from nemo.lens.helpers import REDACTED, is_secret_key
+
+    if is_secret_key(match["key"]):
+        return f"{match['key']}{match['equals']}{REDACTED}"
+    return match[0]
+
+
+def shown_variable(name: str, value: str) -> str:
+    """How `lens doctor` prints environment variable `name`: never a credential in clear.
+
+    Headers (API keys, bearer tokens) and variables whose name is secret-looking (by lens's
+    redaction rule) are shown as set but hidden; elsewhere, URL passwords are hidden and a
+    `key=value` list item whose key is secret-looking has its value redacted.
+    """
+    from nemo.lens.helpers import is_secret_key
+
+    if "HEADERS" in name.upper() or is_secret_key(name):
+        return HIDDEN
+    shown = hide_secrets(value)
+    if "=" in shown:
+        shown = _LIST_ITEM.sub(_hide_list_item, shown)
+    return repr(shown)
+
 
 @dataclass
 class Report:
@@ -57,20 +102,24 @@ class Report:
             self.lines.append("")
         self.lines.append(title)
 
+    # Every line goes through hide_secrets: an endpoint, or an error message quoting
+    # one, may carry a password in its URL.
+
     def info(self, label: str, value: object) -> None:
         """Add one `label: value` line."""
-        self.lines.append(f"  {label:<40} {value}")
+        self.lines.append(hide_secrets(f"  {label:<40} {value}"))
 
     def ok(self, text: str) -> None:
         """Add a check that passed."""
-        self.lines.append(f"  ok    {text}")
+        self.lines.append(hide_secrets(f"  ok    {text}"))
 
     def note(self, text: str) -> None:
         """Add an observation that does not fail the run."""
-        self.lines.append(f"  note  {text}")
+        self.lines.append(hide_secrets(f"  note  {text}"))
 
     def fail(self, text: str) -> None:
         """Add a problem; any problem makes the exit status 1."""
+        text = hide_secrets(text)
         self.lines.append(f"  FAIL  {text}")
         self.problems.append(text)
 
@@ -147,9 +196,7 @@ def _otel_environment(report: Report, environ: Mapping[str, str]) -> None:
     if not names:
         report.lines.append("  (no OTEL_* variable is set)")
     for name in names:
-        # Headers carry credentials (API keys, bearer tokens): show only that they are set.
-        shown = "<set, value hidden>" if "HEADERS" in name else repr(environ[name])
-        report.info(name, shown)
+        report.info(name, shown_variable(name, environ[name]))
 
 
 def _load_config(report: Report, args: argparse.Namespace) -> Any | None:

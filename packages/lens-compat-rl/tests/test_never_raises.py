@@ -113,10 +113,10 @@ def test_an_unexpected_failure_is_swallowed_and_logged_once(
     """If lens-core itself fails underneath, the call is skipped with one WARNING, however
     many calls fail."""
 
-    def broken_registry() -> dict[str, tuple[MetricSpec, ...]]:
+    def broken_registry(*args: object, **kwargs: object) -> None:
         raise RuntimeError("registry unavailable")
 
-    monkeypatch.setattr(lens_compat_rl._record, "registered_metric_groups", broken_registry)
+    monkeypatch.setattr(lens_compat_rl._record, "register_metric_group", broken_registry)
     caplog.set_level(logging.WARNING, logger="lens_compat_rl")
 
     for _ in range(3):
@@ -131,10 +131,10 @@ def test_an_unexpected_failure_is_swallowed_and_logged_once(
 def test_keyboard_interrupt_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only Exceptions are absorbed: Ctrl-C during a step still stops the program."""
 
-    def interrupted() -> dict[str, tuple[MetricSpec, ...]]:
+    def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(lens_compat_rl._record, "registered_metric_groups", interrupted)
+    monkeypatch.setattr(lens_compat_rl._record, "register_metric_group", interrupted)
 
     with pytest.raises(KeyboardInterrupt):
         record_rl_metrics(object(), reward_mean=1.0)

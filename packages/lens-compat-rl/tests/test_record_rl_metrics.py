@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -12,11 +13,13 @@ from opentelemetry.sdk.metrics.export import Gauge, Histogram
 from lens_compat_rl import LEGACY_RL_GROUP, LEGACY_RL_SPECS, record_rl_metrics
 from nemo.lens.instruments import (
     MetricSpec,
+    _registry,
     record_metrics,
     register_metric_group,
     registered_metric_groups,
     unregister_metric_group,
 )
+from nemo.lens.testing import reset_metric_registry
 
 # The legacy series, written out from the legacy table (not read from the shim's specs).
 LEGACY_SERIES = [
@@ -175,3 +178,66 @@ def test_noop_meter_records_nothing_and_logs_nothing(caplog: pytest.LogCaptureFi
     record_rl_metrics(NoOpMeter("disabled"), reward_mean=1.0, generation_duration_ms=5.0)
 
     assert caplog.records == []
+
+
+class _CountingLock:
+    """Stands in for the registry lock and counts how often it is taken."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.taken = 0
+
+    def __enter__(self) -> bool:
+        self.taken += 1
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.taken += 1
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+def test_a_steady_call_never_takes_the_registry_lock(
+    pipeline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the group and its instruments exist, a call costs no registry copy under the lock."""
+    record_rl_metrics(pipeline.meter, reward_mean=0.1, grad_norm=1.0)
+    counting = _CountingLock()
+    monkeypatch.setattr(_registry, "lock", counting)
+
+    for step in range(50):
+        record_rl_metrics(pipeline.meter, reward_mean=float(step), grad_norm=1.0)
+
+    assert counting.taken == 0
+    assert pipeline.points("rl.reward.mean")[0].value == 49.0
+
+
+def test_a_registry_reset_brings_the_legacy_group_back(pipeline: Any) -> None:
+    """After a test's registry reset drops "rl", the next call registers it and records."""
+    record_rl_metrics(pipeline.meter, entropy=1.0)
+    reset_metric_registry()
+    assert "rl" not in registered_metric_groups()
+
+    record_rl_metrics(pipeline.meter, entropy=2.0)
+
+    assert registered_metric_groups()["rl"] == LEGACY_RL_SPECS
+    assert pipeline.points("rl.entropy")[0].value == 2.0
+
+
+def test_a_consumer_group_registered_after_the_shim_ran_wins(pipeline: Any) -> None:
+    """A consumer's own "rl", registered after a reset dropped the shim's, takes the next call."""
+    record_rl_metrics(pipeline.meter, reward_mean=0.1)
+    reset_metric_registry()
+    consumer_specs = (MetricSpec("reward_mean", "nemo_rl.reward", "gauge"),)
+    register_metric_group("rl", consumer_specs)
+
+    record_rl_metrics(pipeline.meter, reward_mean=0.7)
+
+    assert registered_metric_groups()["rl"] == consumer_specs
+    assert pipeline.points("nemo_rl.reward")[0].value == 0.7
+    assert pipeline.points("rl.reward.mean")[0].value == 0.1

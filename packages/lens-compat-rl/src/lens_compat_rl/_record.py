@@ -4,6 +4,13 @@ The shim never creates an instrument itself. It makes sure a group named "rl" ex
 legacy definition, unless a consumer registered its own) and hands the values to
 `record_metrics`, so validation, caching, fork safety and the once-per-key warnings are
 lens-core's, and a consumer's own "rl" definition always wins.
+
+Whether "rl" exists is asked of the registry's own table on every call: one dict look-up
+without the lock, the same look-up `record_metrics` makes next. (`registered_metric_groups()`
+would copy every group under the registry lock on every step.) Asking each time, instead of
+remembering that the group was registered, keeps the two cases a cached answer gets wrong:
+a consumer's own "rl" registered later is found, and a group dropped by a test's registry
+reset is registered again on the next call.
 """
 
 from __future__ import annotations
@@ -15,7 +22,11 @@ from typing import Any, Final
 
 from lens_compat_rl._specs import LEGACY_RL_GROUP, LEGACY_RL_SPECS
 from nemo.lens._warn_once import WarnOnce
-from nemo.lens.instruments import record_metrics, register_metric_group, registered_metric_groups
+from nemo.lens.instruments import record_metrics, register_metric_group
+
+# The registry's table itself, mutated in place and never rebound (lens-core binds it once
+# for record_metrics the same way), so a membership test always sees the current groups.
+from nemo.lens.instruments._registry import GROUPS as _GROUPS
 
 __all__ = ["DEPRECATION_MESSAGE", "REMOVAL_RELEASE", "record_rl_metrics"]
 
@@ -76,23 +87,34 @@ def record_rl_metrics(
             `rollout_duration_ms` -> `rl.rollout.duration_ms`).
     """
     try:
-        if LEGACY_RL_GROUP not in registered_metric_groups():
+        if LEGACY_RL_GROUP not in _GROUPS:
             _register_legacy_group()
-        record_metrics(
-            meter,
-            LEGACY_RL_GROUP,
-            reward_mean=reward_mean,
-            kl_divergence=kl_divergence,
-            policy_loss=policy_loss,
-            value_loss=value_loss,
-            entropy=entropy,
-            response_length_mean=response_length_mean,
-            grad_norm=grad_norm,
-            learning_rate=learning_rate,
-            throughput_tokens_per_sec=throughput_tokens_per_sec,
-            generation_duration_ms=generation_duration_ms,
-            rollout_duration_ms=rollout_duration_ms,
-        )
+        # Only the values given: each None passed on would cost record_metrics a slow
+        # look-up of its own, and legacy callers usually pass a few of the eleven.
+        values: dict[str, float] = {}
+        if reward_mean is not None:
+            values["reward_mean"] = reward_mean
+        if kl_divergence is not None:
+            values["kl_divergence"] = kl_divergence
+        if policy_loss is not None:
+            values["policy_loss"] = policy_loss
+        if value_loss is not None:
+            values["value_loss"] = value_loss
+        if entropy is not None:
+            values["entropy"] = entropy
+        if response_length_mean is not None:
+            values["response_length_mean"] = response_length_mean
+        if grad_norm is not None:
+            values["grad_norm"] = grad_norm
+        if learning_rate is not None:
+            values["learning_rate"] = learning_rate
+        if throughput_tokens_per_sec is not None:
+            values["throughput_tokens_per_sec"] = throughput_tokens_per_sec
+        if generation_duration_ms is not None:
+            values["generation_duration_ms"] = generation_duration_ms
+        if rollout_duration_ms is not None:
+            values["rollout_duration_ms"] = rollout_duration_ms
+        record_metrics(meter, LEGACY_RL_GROUP, values)
     except Exception as exc:  # never break the training step
         if _once.first(("failure", type(exc).__name__)):
             _logger.warning(

@@ -43,7 +43,9 @@ def live_sdk_spans(prefix: str) -> list[SdkSpan]:
     return [
         obj
         for obj in gc.get_objects()
-        if isinstance(obj, SdkSpan) and str(obj.name).startswith(prefix)
+        # type(), not isinstance(): isinstance reads `__class__`, which some objects of
+        # other libraries (torch's deprecated aliases) answer with a warning.
+        if issubclass(type(obj), SdkSpan) and str(obj.name).startswith(prefix)
     ]
 
 

@@ -1,7 +1,8 @@
 """Real OTLP collectors on 127.0.0.1 for fault tests: live, closed (dead) or hanging.
 
-`OtlpReceiver` serves OTLP over gRPC (a `grpcio` server with the collector services from
-`opentelemetry-proto`) or over HTTP (`http.server` in a thread) and decodes what arrives.
+`OtlpReceiver` serves OTLP traces, metrics and logs over gRPC (a `grpcio` server with the
+collector services from `opentelemetry-proto`) or over HTTP (`http.server` in a thread) and
+decodes what arrives.
 It can be made to hang (every later request blocks until the receiver is closed) and
 closed (its port then refuses connections, like a collector that went down).
 `HangingListener` is a port that accepts TCP connections into its backlog and never
@@ -17,9 +18,11 @@ import gzip
 import socket
 import threading
 from concurrent import futures
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
@@ -48,6 +51,17 @@ def _attribute_key(attributes: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((item.key, str(item.value).strip()) for item in attributes))
 
 
+@dataclass(frozen=True)
+class ReceivedLog:
+    """One OTLP log record as a receiver decoded it (ids as hex, "" when absent)."""
+
+    body: str
+    severity: str
+    trace_id: str
+    span_id: str
+    resource: dict[str, str]
+
+
 class Received:
     """What a receiver decoded: distinct spans and distinct metric points, under a lock."""
 
@@ -59,6 +73,8 @@ class Received:
         self._point_values: dict[str, list[Any]] = {}
         self.trace_requests = 0
         self.metric_requests = 0
+        self.log_requests = 0
+        self._logs: list[ReceivedLog] = []
 
     def add_traces(self, request: Any) -> None:
         with self._lock:
@@ -83,6 +99,31 @@ class Received:
                             value_kind = point.WhichOneof("value") if kind != "histogram" else None
                             value = getattr(point, value_kind) if value_kind else point.count
                             self._point_values.setdefault(metric.name, []).append(value)
+
+    def add_logs(self, request: Any) -> None:
+        with self._lock:
+            self.log_requests += 1
+            for resource_logs in request.resource_logs:
+                resource = {
+                    item.key: str(getattr(item.value, item.value.WhichOneof("value") or "", ""))
+                    for item in resource_logs.resource.attributes
+                }
+                for scope_logs in resource_logs.scope_logs:
+                    for record in scope_logs.log_records:
+                        self._logs.append(
+                            ReceivedLog(
+                                body=record.body.string_value,
+                                severity=record.severity_text,
+                                trace_id=bytes(record.trace_id).hex(),
+                                span_id=bytes(record.span_id).hex(),
+                                resource=resource,
+                            )
+                        )
+
+    def logs(self) -> list[ReceivedLog]:
+        """Every log record received, in arrival order (duplicates kept)."""
+        with self._lock:
+            return list(self._logs)
 
     def span_count(self) -> int:
         """Distinct spans received."""
@@ -164,6 +205,7 @@ class OtlpReceiver:
 
     def _start_grpc(self) -> int:
         import grpc  # type: ignore[import-untyped,unused-ignore]
+        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
         from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
@@ -181,14 +223,22 @@ class OtlpReceiver:
                 receiver.received.add_traces(request)
                 return trace_service_pb2.ExportTraceServiceResponse()
 
+        class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
+            def Export(self, request: Any, context: Any) -> Any:
+                receiver._maybe_hang()
+                receiver.received.add_logs(request)
+                return logs_service_pb2.ExportLogsServiceResponse()
+
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8),
             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)],
         )
         register_metrics: Any = metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server
         register_traces: Any = trace_service_pb2_grpc.add_TraceServiceServicer_to_server
+        register_logs: Any = logs_service_pb2_grpc.add_LogsServiceServicer_to_server
         register_metrics(MetricsService(), server)
         register_traces(TraceService(), server)
+        register_logs(LogsService(), server)
         port = int(server.add_insecure_port("127.0.0.1:0"))
         server.start()
         self._grpc_server = server
@@ -214,6 +264,11 @@ class OtlpReceiver:
                     request.ParseFromString(body)
                     receiver.received.add_traces(request)
                     response = trace_service_pb2.ExportTraceServiceResponse()
+                elif self.path == "/v1/logs":
+                    request = logs_service_pb2.ExportLogsServiceRequest()
+                    request.ParseFromString(body)
+                    receiver.received.add_logs(request)
+                    response = logs_service_pb2.ExportLogsServiceResponse()
                 else:
                     self.send_error(404)
                     return

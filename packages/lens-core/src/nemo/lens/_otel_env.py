@@ -22,6 +22,8 @@ EXPORTERS: Final = ("otlp", "console", "prometheus")
 
 SDK_EXTRA: Final = "lens-core[sdk]"
 PROMETHEUS_EXTRA: Final = "lens-core[prometheus]"
+AIOHTTP_EXTRA: Final = "lens-core[aiohttp]"
+FASTAPI_EXTRA: Final = "lens-core[fastapi]"
 
 #: What each exporter needs importable, and the lens-core extra that installs it. OTLP is
 #: satisfied by either transport (setup falls back to the one that is installed).
@@ -168,6 +170,21 @@ def endpoint_host_and_port(endpoint: str) -> tuple[str, int]:
     if port is None:
         port = 443 if parsed.scheme == "https" else 80
     return host, port
+
+
+def otlp_endpoint_variable(signal: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The variable that sets `signal`'s OTLP endpoint, or None when neither is set.
+
+    `OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT` wins over `OTEL_EXPORTER_OTLP_ENDPOINT`; a blank
+    value counts as unset.
+    """
+    for variable in (
+        f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ):
+        if _read(environ, variable):
+            return variable
+    return None
 
 
 def otlp_targets(

@@ -29,6 +29,7 @@ from nemo.lens.propagation import install_w3c_propagator
 from nemo.lens.strategies import ExportStrategy, get_export_strategy
 
 if TYPE_CHECKING:
+    from opentelemetry._logs import LoggerProvider as ApiLoggerProvider
     from opentelemetry.util.types import AttributeValue
 
     from nemo.lens._sdk import MetricReader, SpanExporter
@@ -106,11 +107,11 @@ class TelemetryHandle:
         providers. Spans still open are ended first, marked `nemo.span.truncated`.
 
         Each signal gets the whole budget on a thread of its own (metrics, then traces,
-        where threads cannot start), so a traces collector that is down cannot starve the
-        metrics export, and each exports once: the SDK's provider shutdown makes the last
-        export itself. Whatever is unfinished at the deadline is abandoned with a warning
-        on a daemon thread; after this returns, the process exits without waiting on any
-        exporter (lens builds its providers with `shutdown_on_exit=False`).
+        then logs, where threads cannot start), so a traces collector that is down cannot
+        starve the metrics export, and each exports once: the SDK's provider shutdown
+        makes the last export itself. Whatever is unfinished at the deadline is abandoned
+        with a warning on a daemon thread; after this returns, the process exits without
+        waiting on any exporter (lens builds its providers with `shutdown_on_exit=False`).
 
         `timeout_ms` is a number of milliseconds: None means the default (5000); a
         negative number means 0; anything above the maximum of 600000 (10 minutes),
@@ -349,6 +350,8 @@ def _exporting_setup(
             _warn_global_kept("meter", "metrics.get_meter()")
     else:
         meter = metrics.get_meter(INSTRUMENTATION_SCOPE)
+    if pipeline.logger_provider is not None:
+        _install_logger_provider(pipeline.logger_provider)
     install_w3c_propagator()
     if strict_groups is None:
         state.set_span_group_spec(config.span_groups)
@@ -359,6 +362,19 @@ def _exporting_setup(
     # The providers do not shut themselves down at exit; lens does, within a bound.
     _shutdown.shutdown_at_exit(handle, handle.shutdown)
     return handle
+
+
+def _install_logger_provider(provider: ApiLoggerProvider) -> None:
+    # OpenTelemetry's logs API lives in `opentelemetry._logs` (it is public, if still
+    # marked experimental by the underscore); `setup_logging_bridge` reads it back.
+    from opentelemetry import _logs
+
+    _logs.set_logger_provider(provider)
+    if _logs.get_logger_provider() is not provider:
+        _logger.warning(
+            "OpenTelemetry's global logger provider was already set and cannot be replaced; "
+            "setup_logging_bridge() and logging records keep going to the earlier one"
+        )
 
 
 def _warn_global_kept(signal: str, accessor: str) -> None:

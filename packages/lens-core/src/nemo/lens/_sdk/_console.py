@@ -1,5 +1,7 @@
 """The console exporters: the SDK's console exporters writing one compact JSON object a line.
 
+Spans and log records are one object each; a metric collection is one object.
+
 Setup's `console` exporter writes to whatever `sys.stdout` is at write time. `lens demo`
 needs stdout for its progress view, so it builds the same exporters on a `JsonLinesFile`
 and hands them to `setup_telemetry(span_exporter=..., metric_reader=...)`.
@@ -12,7 +14,7 @@ import json
 import sys
 import threading
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, MetricsData
@@ -98,6 +100,23 @@ def console_metric_exporter(out: IO[str] | JsonLinesFile) -> MetricExporter:
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
     return ConsoleMetricExporter(out=_as_text_stream(out), formatter=_metrics_line)
+
+
+def console_log_exporter(out: IO[str] | JsonLinesFile) -> Any:
+    """The SDK's console log exporter writing one JSON object per log record into `out`.
+
+    Newer SDKs name it `ConsoleLogRecordExporter` and deprecate `ConsoleLogExporter`, the
+    only name older releases have; both call the formatter with an object that has
+    `to_json`.
+    """
+    from opentelemetry.sdk._logs import export
+
+    exporter_class = getattr(export, "ConsoleLogRecordExporter", None) or export.ConsoleLogExporter
+    return exporter_class(out=_as_text_stream(out), formatter=_log_line)
+
+
+def _log_line(record: Any) -> str:
+    return _one_line(record.to_json(indent=None))
 
 
 def console_metric_reader(out: IO[str] | JsonLinesFile) -> MetricReader:

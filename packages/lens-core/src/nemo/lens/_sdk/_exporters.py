@@ -15,7 +15,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nemo.lens import _otel_env
-from nemo.lens._sdk._console import console_metric_exporter, console_span_exporter, current_stdout
+from nemo.lens._sdk._console import (
+    console_log_exporter,
+    console_metric_exporter,
+    console_span_exporter,
+    current_stdout,
+)
 from nemo.lens._warn_once import WarnOnce
 
 if TYPE_CHECKING:
@@ -35,6 +40,30 @@ def build_span_exporter(name: str) -> SpanExporter | None:
     if name == "console":
         return console_span_exporter(current_stdout())
     return None
+
+
+def build_log_exporter(name: str) -> Any:
+    """The log record exporter for exporter `name`, or None when logs go nowhere.
+
+    `otlp` and `console` export logs like the other signals. `prometheus` serves metrics
+    only, so logs go to OTLP when an OTLP logs endpoint is set
+    (`OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`), and otherwise
+    nowhere, which one INFO line says.
+
+    Raises:
+        ValueError: An `OTEL_EXPORTER_OTLP_*` setting of the OTLP log exporter is bad.
+        ImportError: No OTLP log exporter is installed.
+    """
+    if name == "console":
+        return console_log_exporter(current_stdout())
+    if name == "prometheus" and _otel_env.otlp_endpoint_variable("logs") is None:
+        _logger.info(
+            "logs_enabled with exporter 'prometheus': Prometheus serves metrics only and no "
+            "OTLP logs endpoint is set (OTEL_EXPORTER_OTLP_LOGS_ENDPOINT or "
+            "OTEL_EXPORTER_OTLP_ENDPOINT), so log records are not exported"
+        )
+        return None
+    return _otlp_exporter("logs")
 
 
 def build_metric_reader(

@@ -6,8 +6,9 @@ that forks its ranks) inherits the parent's providers, their accumulated metric 
 there would send the parent's points a second time under the parent's name. So:
 
 - Nothing leaves a child through an inherited pipeline. Every metric collection returns
-  nothing outside the process that built the pipeline, and every span exporter lens puts
-  behind its batch processor drops its batches there. `record_metrics` does not record
+  nothing outside the process that built the pipeline, and every span or log exporter lens
+  puts behind its batch processors drops its batches there (the SDK's batch processors
+  also empty their inherited queues in the child). `record_metrics` does not record
   through the parent's instruments in the child at all (see
   `nemo.lens.instruments._registry`): the SDK's aggregation locks may be held there.
 - The child never deadlocks on the SDK's metric storage: collection runs under lens's
@@ -94,6 +95,39 @@ def bind_span_exporter_to_process(exporter: SpanExporter, owner_pid: int) -> Spa
             return exporter.force_flush(timeout_millis)
 
     return ProcessBoundSpanExporter()
+
+
+def bind_log_exporter_to_process(exporter: Any, owner_pid: int) -> Any:
+    """Return log record `exporter` wrapped so that it exports only inside `owner_pid`.
+
+    The SDK renamed the log exporter's base class and result (`LogExporter`,
+    `LogExportResult`) to `LogRecordExporter` and `LogRecordExportResult`, deprecating the
+    old names; the wrapper uses whichever this SDK has.
+    """
+    from opentelemetry.sdk._logs import export
+
+    base: Any = getattr(export, "LogRecordExporter", None) or export.LogExporter
+    result: Any = getattr(export, "LogRecordExportResult", None) or export.LogExportResult
+
+    class ProcessBoundLogExporter(base):  # type: ignore[misc]
+        """Forwards to the wrapped exporter in its own process; drops batches elsewhere."""
+
+        def export(self, batch: Sequence[Any]) -> Any:
+            if os.getpid() != owner_pid:
+                return result.SUCCESS
+            return exporter.export(batch)
+
+        def shutdown(self) -> None:
+            if os.getpid() == owner_pid:
+                exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            if os.getpid() != owner_pid:
+                return True
+            flush = getattr(exporter, "force_flush", None)  # absent from SDK 1.23's base
+            return True if flush is None else bool(flush(timeout_millis))
+
+    return ProcessBoundLogExporter()
 
 
 def _take_gate_before_fork() -> None:

@@ -1,5 +1,8 @@
 """Building the SDK providers an exporting process records through, and how they end.
 
+Traces and metrics always (unless their `*_enabled` flag is off); logs when
+`logs_enabled` is on and the exporter has somewhere to send them.
+
 The SDK is imported here, inside the functions, so `import nemo.lens` needs only the
 API. A pipeline is built completely before anything global changes, so a failure
 (a missing package, a port in use) leaves the process as it was.
@@ -154,6 +157,8 @@ class Pipeline:
 
     tracer_provider: TracerProvider | None
     meter_provider: MeterProvider | None
+    #: The SDK `LoggerProvider` (`logs_enabled` and an exporter for logs), else None.
+    logger_provider: Any = None
     open_spans: OpenSpanTracker | None = None
     #: Run after the providers shut down (the Prometheus endpoint's stop).
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
@@ -163,12 +168,13 @@ class Pipeline:
     span_gate: SpanQueueGate | None = None
 
     def shutdown_lanes(self) -> list[_shutdown.Lane]:
-        """Shutdown's work, one lane per signal, metrics first; each exports once.
+        """Shutdown's work, one lane per signal (metrics, traces, logs); each exports once.
 
         The SDK's `MeterProvider.shutdown` makes a periodic reader collect and export one
-        last time, and `TracerProvider.shutdown` ends the open spans and drains the
-        batch queue, so neither is flushed first (that would export twice). A reader
-        that does not export at its own shutdown is flushed before it.
+        last time, and `TracerProvider.shutdown` and `LoggerProvider.shutdown` drain their
+        batch queues (the tracer provider ends the open spans first), so none is flushed
+        first (that would export twice). A reader that does not export at its own
+        shutdown is flushed before it.
         """
         lanes: list[_shutdown.Lane] = []
         meter_provider = self.meter_provider
@@ -195,6 +201,15 @@ class Pipeline:
                     ),
                 )
             )
+        if self.logger_provider is not None:
+            lanes.append(
+                (
+                    "logs",
+                    _shutdown.provider_steps(
+                        self.logger_provider, "logger provider", flush=False, shut_down=True
+                    ),
+                )
+            )
         return lanes
 
     def flush_lanes(self) -> list[_shutdown.Lane]:
@@ -203,6 +218,7 @@ class Pipeline:
         for signal, provider, label in (
             ("metrics", self.meter_provider, "meter provider"),
             ("traces", self.tracer_provider, "tracer provider"),
+            ("logs", self.logger_provider, "logger provider"),
         ):
             if provider is not None:
                 lanes.append(
@@ -309,6 +325,8 @@ def build_pipeline(
                         gate,
                     )
                 )
+        if config.logs_enabled:
+            pipeline.logger_provider = build_logger_provider(config.exporter, resource, owner_pid)
     except BaseException:
         _discard(pipeline)
         raise
@@ -371,6 +389,26 @@ def build_gated_batch_processor(
     return QueueGatedSpanProcessor()
 
 
+def build_logger_provider(exporter_name: str, resource: Resource, owner_pid: int) -> Any:
+    """An SDK `LoggerProvider` exporting through a batch processor, or None.
+
+    None when exporter `exporter_name` sends logs nowhere (see
+    `_exporters.build_log_exporter`). The batch processor reads its own `OTEL_BLRP_*`
+    settings; its exporter is bound to `owner_pid`, like the span exporter.
+    """
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+
+    exporter = _exporters.build_log_exporter(exporter_name)
+    if exporter is None:
+        return None
+    provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+    provider.add_log_record_processor(
+        BatchLogRecordProcessor(_fork.bind_log_exporter_to_process(exporter, owner_pid))
+    )
+    return provider
+
+
 def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:
     """Return an SDK `Resource` of `attributes` over the SDK's own detection."""
     from opentelemetry.sdk.resources import Resource
@@ -381,6 +419,7 @@ def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:
 def _discard(pipeline: Pipeline) -> None:
     """Shut down what a failed build had started, quietly."""
     for shutdown in (
+        *(() if pipeline.logger_provider is None else (pipeline.logger_provider.shutdown,)),
         *(() if pipeline.tracer_provider is None else (pipeline.tracer_provider.shutdown,)),
         *(() if pipeline.meter_provider is None else (pipeline.meter_provider.shutdown,)),
         *pipeline.on_shutdown,

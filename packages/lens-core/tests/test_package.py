@@ -47,6 +47,43 @@ def test_every_public_name_imports_from_every_public_module() -> None:
     assert checked >= 2
 
 
+def test_root_all_is_the_specified_list() -> None:
+    """The root exports exactly the names of the spec's section 1, phase 2 included."""
+    assert nemo.lens.__all__ == [
+        "DEFAULT_REDACT_KEYS",
+        "ExportStrategy",
+        "MetricSpec",
+        "NemoLensConfig",
+        "SpanGroup",
+        "SpanRegistry",
+        "TelemetryHandle",
+        "__version__",
+        "broadcast_trace_context",
+        "create_linked_span",
+        "enabled_span_groups",
+        "extract_context",
+        "get_meter",
+        "get_tracer",
+        "inject_context",
+        "is_span_group_enabled",
+        "managed_span",
+        "pending_span_groups",
+        "record_metrics",
+        "redact_value",
+        "register_export_strategy",
+        "register_metric_group",
+        "registered_metric_groups",
+        "registered_strategies",
+        "safe_set_span_attributes",
+        "set_enabled_span_groups",
+        "setup_telemetry",
+        "span_cm",
+        "trace_fn",
+        "unregister_export_strategy",
+        "unregister_metric_group",
+    ]
+
+
 def test_root_names_resolve_lazily_to_the_defining_objects() -> None:
     """Every root name is the very object its module defines, loaded on first access."""
     lazy = nemo.lens._LAZY_EXPORTS
@@ -76,3 +113,39 @@ def test_bare_import_loads_no_submodule_but_version() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "['nemo.lens', 'nemo.lens.version']"
+
+
+def test_bare_import_loads_no_sdk_integration_or_runtime() -> None:
+    """`import nemo.lens` loads no SDK, exporter, instrumentation, Ray or torch, and none of
+    lens's optional modules (distributed, contrib, resources, testing, ...)."""
+    import subprocess
+    import sys
+
+    code = "import sys, nemo.lens; print('\\n'.join(sorted(sys.modules)))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = result.stdout.split()
+    forbidden = (
+        "opentelemetry.sdk",
+        "opentelemetry.exporter",
+        "opentelemetry.instrumentation",
+        "prometheus_client",
+        "ray",
+        "torch",
+        "nemo.lens.distributed",
+        "nemo.lens.contrib",
+        "nemo.lens.resources",
+        "nemo.lens.testing",
+        "nemo.lens.semconv",
+        "nemo.lens.logging_bridge",
+        "nemo.lens.cli",
+    )
+    offenders = [
+        name
+        for name in loaded
+        for prefix in forbidden
+        if name == prefix or name.startswith((prefix + ".", prefix + "_"))
+    ]
+    assert offenders == []
+    assert "nemo.lens" in loaded

@@ -12,6 +12,7 @@ import pytest
 
 from nemo.lens._resource import clean_attributes, resource_attributes
 from nemo.lens._sdk._pipeline import build_resource
+from nemo.lens.resources import detect_resource
 from nemo.lens.version import __version__
 
 
@@ -34,7 +35,14 @@ def attributes(**overrides: Any) -> dict[str, Any]:
 
 def test_lens_keys_for_a_ranked_process() -> None:
     """Service, version, rank, run and instance ids, host and pid are written."""
-    found = attributes(rank=2, world_size=4, user="u", wandb_entity="e", wandb_project="p")
+    found = attributes(
+        rank=2,
+        world_size=4,
+        user="u",
+        wandb_entity="e",
+        wandb_project="p",
+        environ={"CUDA_VISIBLE_DEVICES": "0,1"},
+    )
     assert found == {
         "service.name": "svc",
         "service.version": __version__,
@@ -47,6 +55,7 @@ def test_lens_keys_for_a_ranked_process() -> None:
         "wandb.project": "p",
         "host.name": socket.gethostname(),
         "process.pid": os.getpid(),
+        "host.gpu.count": 2,
     }
 
 
@@ -83,6 +92,24 @@ def test_caller_attributes_win_over_every_lens_key() -> None:
     assert found["nv.dl.rank"] == 1
     assert found["tags"] == ("a", "b")
     assert found["service.instance.id"] == "run1-rank0"
+
+
+def test_detected_keys_are_nemo_lens_resources_and_lose_to_the_caller(tmp_path: Path) -> None:
+    """Setup's detected keys are exactly `detect_resource()`'s, and caller keys beat them."""
+    (tmp_path / "var/run/secrets/kubernetes.io").mkdir(parents=True)
+    environ = {
+        "CUDA_VISIBLE_DEVICES": "0,1,2",
+        "SLURM_JOB_ID": "42",
+        "SLURM_NTASKS": "8",
+        "K8S_POD_NAME": "pod",
+    }
+    found = attributes(environ=environ, filesystem_root=tmp_path)
+    detected = detect_resource(environ=environ, filesystem_root=tmp_path)
+    assert {key: found[key] for key in detected} == detected
+    caller = {"host.gpu.count": 1, "slurm.job.id": "mine", "k8s.pod.name": "p2", "process.pid": 1}
+    overridden = attributes(environ=environ, filesystem_root=tmp_path, caller_attributes=caller)
+    assert {key: overridden[key] for key in caller} == caller
+    assert overridden["slurm.ntasks"] == "8"
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ EXPECTED_VALUES = {
     "host.name",
     "process.pid",
     "deployment.environment",
+    "host.gpu.count",
     # dl
     "dl.rank",
     "dl.world_size",

@@ -17,6 +17,7 @@ from nemo.lens.version import __version__
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from nemo.lens.config import NemoLensConfig
+    from nemo.lens.distributed import broadcast_trace_context, create_linked_span
     from nemo.lens.groups import SpanGroup, SpanRegistry
     from nemo.lens.handle import TelemetryHandle, setup_telemetry
     from nemo.lens.helpers import (
@@ -57,6 +58,8 @@ _LAZY_EXPORTS: dict[str, str] = {
     "SpanGroup": "nemo.lens.groups",
     "SpanRegistry": "nemo.lens.groups",
     "TelemetryHandle": "nemo.lens.handle",
+    "broadcast_trace_context": "nemo.lens.distributed",
+    "create_linked_span": "nemo.lens.distributed",
     "enabled_span_groups": "nemo.lens.state",
     "extract_context": "nemo.lens.propagation",
     "inject_context": "nemo.lens.propagation",
@@ -87,6 +90,8 @@ __all__ = [
     "SpanRegistry",
     "TelemetryHandle",
     "__version__",
+    "broadcast_trace_context",
+    "create_linked_span",
     "enabled_span_groups",
     "extract_context",
     "get_meter",

@@ -1,21 +1,21 @@
 """The resource attributes an exporting process describes itself with.
 
-Keys are applied in a fixed order and later ones win: lens's own keys, then the host,
-SLURM and Kubernetes detection, then the caller's `resource_attributes`, which therefore
-arrive unchanged. `OTEL_RESOURCE_ATTRIBUTES` sits beneath them all (the SDK merges it).
+Keys are applied in a fixed order and later ones win: lens's own keys, then what
+`nemo.lens.resources` detects (host, SLURM, Kubernetes), then the caller's
+`resource_attributes`, which therefore arrive unchanged. `OTEL_RESOURCE_ATTRIBUTES` sits
+beneath them all (the SDK merges it).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-from nemo.lens import semconv
+from nemo.lens import resources, semconv
 from nemo.lens._attributes import attribute_key, attribute_value, encodable_text
 from nemo.lens.version import __version__
 
@@ -23,26 +23,6 @@ if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
 _logger = logging.getLogger(__name__)
-
-# (resource key, environment variables read in order); the first non-empty value wins.
-_SLURM_KEYS: Final = (
-    (semconv.SLURM_JOB_ID, ("SLURM_JOB_ID",)),
-    (semconv.SLURM_JOB_NAME, ("SLURM_JOB_NAME",)),
-    (semconv.SLURM_NODELIST, ("SLURM_JOB_NODELIST", "SLURM_NODELIST")),
-    (semconv.SLURM_NNODES, ("SLURM_JOB_NUM_NODES", "SLURM_NNODES")),
-    (semconv.SLURM_NTASKS, ("SLURM_NTASKS",)),
-    (semconv.SLURM_PARTITION, ("SLURM_JOB_PARTITION",)),
-    (semconv.SLURM_CLUSTER_NAME, ("SLURM_CLUSTER_NAME",)),
-)
-_K8S_KEYS: Final = (
-    (semconv.K8S_NAMESPACE_NAME, "K8S_NAMESPACE_NAME"),
-    (semconv.K8S_POD_NAME, "K8S_POD_NAME"),
-    (semconv.K8S_POD_UID, "K8S_POD_UID"),
-    (semconv.K8S_NODE_NAME, "K8S_NODE_NAME"),
-    (semconv.K8S_CONTAINER_NAME, "K8S_CONTAINER_NAME"),
-    (semconv.K8S_JOB_NAME, "K8S_JOB_NAME"),
-)
-_K8S_SECRETS: Final = Path("var/run/secrets/kubernetes.io")
 
 
 def resource_attributes(
@@ -99,10 +79,7 @@ def resource_attributes(
     environment = env["DEPLOYMENT_ENV"] if "DEPLOYMENT_ENV" in env else env.get("ENVIRONMENT")
     if environment:
         attributes[semconv.DEPLOYMENT_ENVIRONMENT] = environment
-    attributes[semconv.HOST_NAME] = socket.gethostname()
-    attributes[semconv.PROCESS_PID] = os.getpid()
-    attributes.update(_detect_slurm(env))
-    attributes.update(_detect_kubernetes(env, filesystem_root))
+    attributes.update(resources.detect_resource(environ=env, filesystem_root=filesystem_root))
     # Environment values can hold lone surrogates (undecodable bytes); the SDK would fail
     # to encode every export under such a resource, so they pass the attribute rule too.
     for key, found in attributes.items():
@@ -158,37 +135,3 @@ def _instance_id(
     instance = f"{run_id}-rank{known_rank}"
     # A forked child shares its parent's rank; its pid keeps the two series apart.
     return f"{instance}-pid{os.getpid()}" if forked_child else instance
-
-
-def _detect_slurm(env: Mapping[str, str]) -> dict[str, AttributeValue]:
-    if not env.get("SLURM_JOB_ID", "").strip():
-        return {}
-    found: dict[str, AttributeValue] = {}
-    for key, variables in _SLURM_KEYS:
-        for variable in variables:
-            value = env.get(variable, "").strip()
-            if value:
-                found[key] = value
-                break
-    return found
-
-
-def _detect_kubernetes(env: Mapping[str, str], filesystem_root: Path) -> dict[str, AttributeValue]:
-    in_cluster = bool(env.get("KUBERNETES_SERVICE_HOST", "").strip())
-    if not in_cluster:
-        try:
-            in_cluster = (filesystem_root / _K8S_SECRETS).exists()
-        except OSError:
-            in_cluster = False
-    if not in_cluster:
-        return {}
-    found: dict[str, AttributeValue] = {}
-    for key, variable in _K8S_KEYS:
-        value = env.get(variable, "").strip()
-        if value:
-            found[key] = value
-    if semconv.K8S_POD_NAME not in found:
-        hostname = env.get("HOSTNAME", "").strip()
-        if hostname:
-            found[semconv.K8S_POD_NAME] = hostname
-    return found

@@ -285,7 +285,7 @@ def safe_set_span_attributes(
 # --- what the SDK is handed -------------------------------------------------------------------
 
 
-def _span_name(name: object) -> str:
+def encodable_span_name(name: object) -> str:
     """`name` as a plain, encodable str: OTLP cannot encode bytes, objects or lone surrogates.
 
     Bytes are decoded as UTF-8 with U+FFFD for what does not decode, other objects go
@@ -417,7 +417,7 @@ class _Span:
 
     def __enter__(self) -> Span | None:
         where = self._where
-        self._name = name = _span_name(self._name)
+        self._name = name = encodable_span_name(self._name)
         try:
             tracer = self._tracer if self._tracer is not None else trace.get_tracer(self._scope)
             span = tracer.start_span(name)
@@ -662,7 +662,7 @@ def trace_fn(group: str, name: str, tracer: Tracer | None = None) -> Callable[[F
         def step(model, grads): ...
     """
     gate = _gate_of(group)
-    span_name = _span_name(name)
+    span_name = encodable_span_name(name)
 
     def decorate(fn: F) -> F:
         import inspect  # at decoration time, kept off `import nemo.lens`

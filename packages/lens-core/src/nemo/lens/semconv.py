@@ -33,6 +33,7 @@ __all__ = [
     "GYM_ROLLOUT_BATCH_SIZE",
     "GYM_SERVER_NAME",
     "GYM_SERVER_TYPE",
+    "HOST_GPU_COUNT",
     "HOST_NAME",
     "K8S_CONTAINER_NAME",
     "K8S_JOB_NAME",
@@ -78,6 +79,8 @@ SERVICE_INSTANCE_ID = "service.instance.id"
 HOST_NAME = "host.name"
 PROCESS_PID = "process.pid"
 DEPLOYMENT_ENVIRONMENT = "deployment.environment"
+#: GPUs the process can use (`CUDA_VISIBLE_DEVICES`, else `nvidia-smi`); set when known.
+HOST_GPU_COUNT = "host.gpu.count"
 
 # Deep-learning parallelism and training-step attributes.
 DL_RANK = "dl.rank"

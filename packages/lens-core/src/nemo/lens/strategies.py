@@ -86,10 +86,19 @@ def _shown(value: object) -> str:
         return f"<{type(value).__name__} with a failing repr>"
 
 
+def rank_in_sample(rank: int, sample_rate: float) -> bool:
+    """True when `rank` falls in the `sample_rate` share of ranks the hash keeps.
+
+    Deterministic (md5 of the rank), so every process reaches the same answer for a
+    rank; the `sampled` strategy and the rank-aware span sampler both use it.
+    """
+    digest = hashlib.md5(str(rank).encode(), usedforsecurity=False).hexdigest()
+    return int(digest, 16) % 10000 / 10000 < sample_rate
+
+
 def _sampled(config: NemoLensConfig, rank: int, world_size: int) -> bool:
     """A deterministic `export_sample_rate` share of the ranks exports, chosen by hash."""
-    digest = hashlib.md5(str(rank).encode(), usedforsecurity=False).hexdigest()
-    return int(digest, 16) % 10000 / 10000 < config.export_sample_rate
+    return rank_in_sample(rank, config.export_sample_rate)
 
 
 def _first_rank_per_node(config: NemoLensConfig, rank: int, world_size: int) -> bool:

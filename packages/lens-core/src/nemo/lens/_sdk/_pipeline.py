@@ -30,6 +30,7 @@ from nemo.lens import _inheritance, _otel_env, _otel_internals, _resource, _shut
 from nemo.lens._sdk import _exporters, _fork
 from nemo.lens._sdk._ids import build_id_generator
 from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
+from nemo.lens._sdk._sampling import build_sampler
 from nemo.lens.config import NemoLensConfig
 
 if TYPE_CHECKING:
@@ -302,7 +303,11 @@ def build_pipeline(
             if exporter is None:
                 exporter = _exporters.build_span_exporter(config.exporter)
             tracer_provider = TracerProvider(
-                resource=resource, id_generator=build_id_generator(), shutdown_on_exit=False
+                resource=resource,
+                id_generator=build_id_generator(),
+                # None leaves the SDK's own OTEL_TRACES_SAMPLER handling in place.
+                sampler=build_sampler(config, rank, world_size),
+                shutdown_on_exit=False,
             )
             pipeline.tracer_provider = tracer_provider
             # Before the batch processor, so spans it ends at shutdown are still exported.

@@ -1,0 +1,274 @@
+"""Resource attributes detected from the host, from SLURM and from Kubernetes.
+
+Each function returns a plain dict and never raises: whatever cannot be detected is left
+out. `setup_telemetry` applies these keys beneath the caller's `resource_attributes`, so
+a key the caller gives always wins over a detected one.
+
+Importing this module reads nothing and starts no process. `detect_local()` asks
+`nvidia-smi` for the GPU count the first time it needs to, and remembers the answer for
+the rest of the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from nemo.lens import semconv
+from nemo.lens._attributes import encodable_text
+from nemo.lens._warn_once import WarnOnce
+
+__all__ = [
+    "detect_kubernetes",
+    "detect_local",
+    "detect_resource",
+    "detect_slurm",
+]
+
+_logger = logging.getLogger(__name__)
+_warnings = WarnOnce(_logger, "resource detection")
+
+# (resource key, environment variables read in order); the first non-empty value wins.
+_SLURM_KEYS: Final = (
+    (semconv.SLURM_JOB_ID, ("SLURM_JOB_ID",)),
+    (semconv.SLURM_JOB_NAME, ("SLURM_JOB_NAME",)),
+    (semconv.SLURM_NODELIST, ("SLURM_JOB_NODELIST", "SLURM_NODELIST")),
+    (semconv.SLURM_NNODES, ("SLURM_JOB_NUM_NODES", "SLURM_NNODES")),
+    (semconv.SLURM_NTASKS, ("SLURM_NTASKS",)),
+    (semconv.SLURM_PARTITION, ("SLURM_JOB_PARTITION",)),
+    (semconv.SLURM_CLUSTER_NAME, ("SLURM_CLUSTER_NAME",)),
+)
+_K8S_KEYS: Final = (
+    (semconv.K8S_NAMESPACE_NAME, "K8S_NAMESPACE_NAME"),
+    (semconv.K8S_POD_NAME, "K8S_POD_NAME"),
+    (semconv.K8S_POD_UID, "K8S_POD_UID"),
+    (semconv.K8S_NODE_NAME, "K8S_NODE_NAME"),
+    (semconv.K8S_CONTAINER_NAME, "K8S_CONTAINER_NAME"),
+    (semconv.K8S_JOB_NAME, "K8S_JOB_NAME"),
+)
+_K8S_SECRETS: Final = Path("var/run/secrets/kubernetes.io")
+
+_NVIDIA_SMI_COMMAND: Final = ("nvidia-smi", "--query-gpu=count", "--format=csv,noheader")
+# Seconds nvidia-smi may take before it is killed and the count left out. Not Final: the
+# tests lower it to keep a hung fake nvidia-smi quick.
+_NVIDIA_SMI_TIMEOUT_S: float = 5.0
+# CUDA_VISIBLE_DEVICES may name GPUs by UUID (`GPU-...`) or MIG instance (`MIG-...`).
+_DEVICE_UUID_PREFIXES: Final = ("GPU-", "MIG-")
+
+
+def detect_resource(
+    *, environ: Mapping[str, str] | None = None, filesystem_root: str | os.PathLike[str] = "/"
+) -> dict[str, str | int]:
+    """Return the local, then SLURM, then Kubernetes keys; a later key wins.
+
+    Args:
+        environ: The environment to read (the process's by default).
+        filesystem_root: Where Kubernetes' service-account directory is looked for.
+    """
+    found = detect_local(environ=environ)
+    found.update(detect_slurm(environ=environ))
+    found.update(detect_kubernetes(environ=environ, filesystem_root=filesystem_root))
+    return found
+
+
+def detect_local(*, environ: Mapping[str, str] | None = None) -> dict[str, str | int]:
+    """Return `host.name`, `process.pid` and, when known, `host.gpu.count`.
+
+    The GPU count comes from `CUDA_VISIBLE_DEVICES` when it is set: CUDA reads the list
+    left to right and stops at the first entry that names no device, so `"0,1"` and
+    `"GPU-a,GPU-b"` count 2, while a blank value, `"-1"` or `"NoDevFiles"` count 0 (an
+    index is not checked against the GPUs actually present). When the variable is unset,
+    `nvidia-smi` is asked, once per process (a forked child keeps its parent's answer); a
+    missing, failing or slow (over 5 s) `nvidia-smi` leaves the key out.
+
+    Args:
+        environ: The environment to read (the process's by default). `nvidia-smi` always
+            runs in the process's own environment.
+    """
+    try:
+        env = os.environ if environ is None else environ
+        found: dict[str, str | int] = {
+            semconv.HOST_NAME: encodable_text(socket.gethostname()),
+            semconv.PROCESS_PID: os.getpid(),
+        }
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        gpu_count = _gpu_count_memory.get() if visible is None else _visible_gpu_count(visible)
+        if gpu_count is not None:
+            found[semconv.HOST_GPU_COUNT] = gpu_count
+        return found
+    except Exception as exc:
+        return _failed("detect_local", exc)
+
+
+def detect_slurm(*, environ: Mapping[str, str] | None = None) -> dict[str, str | int]:
+    """Return the `slurm.*` keys, or `{}` unless `SLURM_JOB_ID` is set.
+
+    Each key takes the first non-empty variable of its row: `slurm.job.id` from
+    `SLURM_JOB_ID`, `slurm.job.name` from `SLURM_JOB_NAME`, `slurm.nodelist` from
+    `SLURM_JOB_NODELIST` or `SLURM_NODELIST`, `slurm.nnodes` from `SLURM_JOB_NUM_NODES`
+    or `SLURM_NNODES`, `slurm.ntasks` from `SLURM_NTASKS`, `slurm.partition` from
+    `SLURM_JOB_PARTITION` and `slurm.cluster.name` from `SLURM_CLUSTER_NAME`.
+
+    Args:
+        environ: The environment to read (the process's by default).
+    """
+    try:
+        env = os.environ if environ is None else environ
+        if not env.get("SLURM_JOB_ID", "").strip():
+            return {}
+        found: dict[str, str | int] = {}
+        for key, variables in _SLURM_KEYS:
+            for variable in variables:
+                value = env.get(variable, "").strip()
+                if value:
+                    found[key] = encodable_text(value)
+                    break
+        return found
+    except Exception as exc:
+        return _failed("detect_slurm", exc)
+
+
+def detect_kubernetes(
+    *, environ: Mapping[str, str] | None = None, filesystem_root: str | os.PathLike[str] = "/"
+) -> dict[str, str | int]:
+    """Return the `k8s.*` keys, or `{}` outside a Kubernetes pod.
+
+    A process is in a pod when `KUBERNETES_SERVICE_HOST` is set or
+    `var/run/secrets/kubernetes.io` exists under `filesystem_root`. The keys come from
+    `K8S_NAMESPACE_NAME`, `K8S_POD_NAME`, `K8S_POD_UID`, `K8S_NODE_NAME`,
+    `K8S_CONTAINER_NAME` and `K8S_JOB_NAME` (set through the downward API); `HOSTNAME`,
+    which Kubernetes sets to the pod's name, stands in for a missing `K8S_POD_NAME`.
+
+    Args:
+        environ: The environment to read (the process's by default).
+        filesystem_root: Where the service-account directory is looked for.
+    """
+    try:
+        env = os.environ if environ is None else environ
+        if not _in_kubernetes(env, Path(filesystem_root)):
+            return {}
+        found: dict[str, str | int] = {}
+        for key, variable in _K8S_KEYS:
+            value = env.get(variable, "").strip()
+            if value:
+                found[key] = encodable_text(value)
+        if semconv.K8S_POD_NAME not in found:
+            hostname = env.get("HOSTNAME", "").strip()
+            if hostname:
+                found[semconv.K8S_POD_NAME] = encodable_text(hostname)
+        return found
+    except Exception as exc:
+        return _failed("detect_kubernetes", exc)
+
+
+def _in_kubernetes(env: Mapping[str, str], filesystem_root: Path) -> bool:
+    if env.get("KUBERNETES_SERVICE_HOST", "").strip():
+        return True
+    try:
+        return (filesystem_root / _K8S_SECRETS).exists()
+    except (OSError, ValueError):  # a path too long, unreadable, or holding a NUL
+        return False
+
+
+def _failed(function: str, exc: Exception) -> dict[str, str | int]:
+    _warnings.warn(
+        (function, type(exc)),
+        "%s could not detect resource attributes (%s: %s); they were left out",
+        function,
+        type(exc).__name__,
+        exc,
+    )
+    return {}
+
+
+def _visible_gpu_count(visible: str) -> int:
+    """The GPUs a `CUDA_VISIBLE_DEVICES` value lets CUDA see (entries before the first invalid)."""
+    count = 0
+    for entry in visible.split(","):
+        device = entry.strip()
+        by_index = device.isascii() and device.isdigit()
+        by_uuid = device.upper().startswith(_DEVICE_UUID_PREFIXES) and len(device) > 4
+        if not (by_index or by_uuid):
+            break
+        count += 1
+    return count
+
+
+class _GpuCountMemory:
+    """nvidia-smi's answer, asked for at most once per process.
+
+    The lock is held while nvidia-smi runs, so concurrent first callers ask only once. A
+    fork while it is held would leave the child a lock nobody releases, so the lock is
+    replaced in a process that did not create it; the answer itself is kept across fork
+    (a child has its parent's GPUs). The lock is not held across fork (`_fork_hooks`): a
+    fork would then wait for nvidia-smi.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock_pid = os.getpid()
+        self._asked = False
+        self._count: int | None = None
+
+    def get(self) -> int | None:
+        if self._asked:
+            return self._count
+        with self._lock_of_this_process():
+            if not self._asked:
+                self._count = _ask_nvidia_smi()
+                self._asked = True
+            return self._count
+
+    def forget(self) -> None:
+        """Ask nvidia-smi again on the next call (for tests)."""
+        self._asked = False
+        self._count = None
+
+    def _lock_of_this_process(self) -> threading.Lock:
+        pid = os.getpid()
+        if self._lock_pid != pid:
+            self._lock = threading.Lock()
+            self._lock_pid = pid
+        return self._lock
+
+
+def _ask_nvidia_smi() -> int | None:
+    """The GPU count nvidia-smi reports, or None when it cannot tell (never raises)."""
+    timeout_s = _NVIDIA_SMI_TIMEOUT_S
+    try:
+        completed = subprocess.run(
+            _NVIDIA_SMI_COMMAND,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        _logger.warning(
+            "nvidia-smi did not answer within %s s, so host.gpu.count is left out of the "
+            "resource (set CUDA_VISIBLE_DEVICES to give the count without nvidia-smi)",
+            timeout_s,
+        )
+        return None
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        _logger.debug("nvidia-smi could not run (%s: %s)", type(exc).__name__, exc)
+        return None
+    if completed.returncode != 0:
+        _logger.debug("nvidia-smi exited with %d", completed.returncode)
+        return None
+    # One line per GPU, each holding the total count.
+    first_line = completed.stdout.decode("utf-8", "replace").strip().partition("\n")[0].strip()
+    if not (first_line.isascii() and first_line.isdigit()):
+        _logger.debug("nvidia-smi printed no GPU count: %r", first_line[:100])
+        return None
+    return int(first_line)
+
+
+_gpu_count_memory = _GpuCountMemory()

@@ -8,7 +8,8 @@ declared dependencies, the API-only install, lint, type check, packaging and doc
     nox -t latest                   # quick loop: newest OpenTelemetry on each Python, plus
                                     #   lint and the compat checks on the newest Python
     nox -t latest -p 3.13           # quicker: one interpreter
-    nox -s "tests-3.10(otel=floor)" # one cell of the matrix
+    nox -s "tests(3.10, otel=floor)" # one cell of the matrix
+    nox -s integrations-torch       # torch.distributed over gloo (not in the default run)
     nox -s bench                    # speed figures (not part of the default run)
 
 Each session creates a fresh virtual environment (uv, or virtualenv without uv) and prints
@@ -47,6 +48,10 @@ CORE_PYPROJECT = nox.project.load_toml(CORE / "pyproject.toml")
 # The supported Pythons, from lens-core's trove classifiers: ["3.10", ..., "3.13"].
 PYTHONS = nox.project.python_versions(CORE_PYPROJECT)
 OLDEST_PYTHON, NEWEST_PYTHON = PYTHONS[0], PYTHONS[-1]
+# Any supported Python works; 3.11 is the one this project's machines hold a CPU-only torch
+# wheel for (point uv at such wheels with UV_FIND_LINKS or UV_INDEX, or PyPI's torch brings
+# the CUDA libraries, several GB).
+TORCH_PYTHON = "3.11"
 
 
 def _add_pyenv_interpreters_to_path() -> None:
@@ -71,12 +76,30 @@ _add_pyenv_interpreters_to_path()
 # One OpenTelemetry axis: API, SDK and both OTLP exporters at the same release.
 OTEL_FLOOR = "1.23.0"  # lens-core's declared floor: the first API with a synchronous gauge
 OTEL_MIDDLE = "1.30.0"
-OTEL_LATEST = "1.45.2"
-OTEL_RELEASES = [
+# The newest release every lens-core extra resolves on: instrumentation releases pin the
+# SDK release they belong to, and opentelemetry-instrumentation-aiohttp-client 0.66b2
+# (for SDK 1.45.2) is not published, so `lens-core[aiohttp]` cannot install beside 1.45.2.
+OTEL_LATEST = "1.45.1"
+OTEL_NAMES = {OTEL_FLOOR: "floor", OTEL_MIDDLE: "middle", OTEL_LATEST: "latest"}
+OTEL_TAGS = {OTEL_FLOOR: ["oldest"], OTEL_LATEST: ["latest"]}
+# The middle release runs on one Python only: it sits between two releases that every
+# Python tests, and each cell costs CI 1-2 minutes.
+MIDDLE_PYTHON = "3.12"
+TEST_CELLS = [
+    nox.param(python, otel, id=f"{python}, otel={OTEL_NAMES[otel]}", tags=OTEL_TAGS.get(otel, []))
+    for python in PYTHONS
+    for otel in (OTEL_FLOOR, OTEL_MIDDLE, OTEL_LATEST)
+    if otel != OTEL_MIDDLE or python == MIDDLE_PYTHON
+]
+OTEL_ENDS = [
     nox.param(OTEL_FLOOR, id="otel=floor", tags=["oldest"]),
-    nox.param(OTEL_MIDDLE, id="otel=middle"),
     nox.param(OTEL_LATEST, id="otel=latest", tags=["latest"]),
 ]
+# The tests that sessions of their own run: the long soak runs and the ones needing Ray or
+# torch (the integrations sessions).
+ELSEWHERE = "not soak and not integration"
+# lens-core's extras every test cell installs: what the contrib tests need too.
+CORE_EXTRAS = "all,aiohttp,fastapi"
 OTEL_PINNED = (
     "opentelemetry-api",
     "opentelemetry-sdk",
@@ -121,6 +144,7 @@ nox.options.sessions = [
     "soak",
     "compat",
     "compat-editable",
+    "integrations",
     "minimums",
     "nooptionals",
     "lint",
@@ -133,11 +157,23 @@ nox.options.sessions = [
 # --- sessions: each one calls one helper ------------------------------------------------
 
 
-@nox.session(python=PYTHONS)
-@nox.parametrize("otel", OTEL_RELEASES)
+@nox.session
+@nox.parametrize(("python", "otel"), TEST_CELLS)
 def tests(session: nox.Session, otel: str) -> None:
     """lens-core's tests and the cross-package tests without the shim, under coverage."""
     run_core_tests(session, otel, check_coverage=otel == OTEL_LATEST)
+
+
+@nox.session(python=NEWEST_PYTHON)
+def integrations(session: nox.Session) -> None:
+    """nemo.lens.contrib.ray against a real local Ray cluster (`integration` tests)."""
+    run_integration_tests(session, "ray")
+
+
+@nox.session(name="integrations-torch", python=TORCH_PYTHON)
+def integrations_torch(session: nox.Session) -> None:
+    """broadcast_trace_context over torch.distributed (gloo, 2 processes); opt-in."""
+    run_integration_tests(session, "torch")
 
 
 @nox.session(python=PYTHONS)
@@ -189,7 +225,7 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session(python=NEWEST_PYTHON)
-@nox.parametrize("otel", [OTEL_RELEASES[0], OTEL_RELEASES[-1]])
+@nox.parametrize("otel", OTEL_ENDS)
 def soak(session: nox.Session, otel: str) -> None:
     """The long reliability runs (`soak` marker), on the newest Python, at both OTel ends."""
     run_soak_tests(session, otel)
@@ -241,9 +277,9 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
     requirements = [*otel_pins(otel), *group("test")]
     if install == "wheel":
         with built_distributions(session, sdists=False, packages=(CORE,)) as out_dir:
-            session.install(f"{wheel_of(out_dir, 'lens-core')}[all]", *requirements)
+            session.install(f"{wheel_of(out_dir, 'lens-core')}[{CORE_EXTRAS}]", *requirements)
     else:
-        session.install("-e", f"{CORE}[all]", *requirements)
+        session.install("-e", f"{CORE}[{CORE_EXTRAS}]", *requirements)
     show_versions(session)
     coverage_file = pathlib.Path(session.create_tmp()) / ".coverage"
     env = {
@@ -255,14 +291,14 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
         stale.unlink()
     test_paths = ("packages/lens-core/tests", "tests")
     session.run(
-        "coverage", "run", "-m", "pytest", "-m", "not fork and not soak", *test_paths,
+        "coverage", "run", "-m", "pytest", "-m", f"not fork and {ELSEWHERE}", *test_paths,
         *session.posargs,
         env=env,
     )  # fmt: skip
     # A child forked while another thread holds coverage's own tracer lock hangs inside
     # coverage, so the tests that fork run untraced.
     session.run(
-        "python", "-m", "pytest", "-m", "fork and not soak", *test_paths, *session.posargs,
+        "python", "-m", "pytest", "-m", f"fork and {ELSEWHERE}", *test_paths, *session.posargs,
         env=env,
     )  # fmt: skip
     if check_coverage:
@@ -273,6 +309,20 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
                 "coverage", "report", f"--include={include}", f"--fail-under={floor}",
                 env=env,
             )  # fmt: skip
+
+
+def run_integration_tests(session: nox.Session, runtime: str) -> None:
+    """lens-core editable at the newest OpenTelemetry with one third-party runtime (the
+    dependency group of that name); the `integration` tests, which must find it."""
+    session.install(
+        "-e", f"{CORE}[{CORE_EXTRAS}]", *otel_pins(OTEL_LATEST), *group("test"), *group(runtime)
+    )
+    show_versions(session)
+    session.run(
+        "python", "-m", "pytest", "-m", "integration", "packages/lens-core/tests",
+        *session.posargs,
+        env={"LENS_TEST_REQUIRE": runtime, "LENS_TEST_INSTALL": "editable"},
+    )  # fmt: skip
 
 
 def run_soak_tests(session: nox.Session, otel: str) -> None:
@@ -374,7 +424,7 @@ def run_minimum_dependency_tests(session: nox.Session) -> None:
     else:
         session.run("python", "-m", "pip", "check")
     session.run(
-        "python", "-m", "pytest", "-m", "not soak", "packages/lens-core/tests", *session.posargs,
+        "python", "-m", "pytest", "-m", ELSEWHERE, "packages/lens-core/tests", *session.posargs,
         env={"LENS_TEST_INSTALL": "editable"},
     )  # fmt: skip
 
@@ -410,7 +460,7 @@ def run_lint(session: nox.Session) -> None:
 def run_typecheck(session: nox.Session) -> None:
     """mypy over both src trees, the noxfile and each test directory, with the SDK and
     what the tests and the noxfile import installed so their types are known."""
-    session.install("-e", f"{CORE}[all]", "-e", str(COMPAT), *group("typecheck"))
+    session.install("-e", f"{CORE}[{CORE_EXTRAS}]", "-e", str(COMPAT), *group("typecheck"))
     show_versions(session)
     for paths in TYPECHECK_RUNS:
         session.run("mypy", *paths)

@@ -18,7 +18,6 @@ this module stays cheap.
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import sys
 from collections.abc import Mapping
@@ -30,7 +29,12 @@ from opentelemetry.trace import Link, Span, SpanContext, Tracer
 
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.helpers import encodable_span_name, safe_set_span_attributes
-from nemo.lens.propagation import extract_context, inject_context
+from nemo.lens.propagation import (
+    carrier_from_bytes,
+    carrier_to_bytes,
+    extract_context,
+    inject_context,
+)
 
 __all__ = ["broadcast_trace_context", "create_linked_span"]
 
@@ -169,10 +173,13 @@ def _encode_current_context() -> bytes:
     """The current context's carrier as UTF-8 JSON; b"" when it cannot be sent."""
     carrier: dict[str, str] = {}
     inject_context(carrier)
-    try:
-        payload = json.dumps(carrier, ensure_ascii=False, separators=(",", ":")).encode()
-    except Exception as exc:  # a custom propagator wrote something JSON cannot carry
-        _warn_failure("broadcast_trace_context: encoding the carrier", exc)
+    payload = carrier_to_bytes(carrier)
+    if payload is None:  # a custom propagator wrote something JSON cannot carry
+        _warnings.warn(
+            ("carrier not JSON",),
+            "broadcast_trace_context: the carrier cannot be encoded as JSON; every rank "
+            "gets None instead.",
+        )
         return b""
     if len(payload) > _MAX_CARRIER_BYTES:
         _warnings.warn(
@@ -188,22 +195,14 @@ def _encode_current_context() -> bytes:
 
 def _decode_carrier(payload: bytes) -> dict[str, str] | None:
     """The carrier `payload` holds, or None when it is not a JSON object of strings."""
-    try:
-        decoded = json.loads(payload.decode("utf-8"))
-    except Exception as exc:  # UnicodeDecodeError, JSONDecodeError, RecursionError
-        _warn_failure("broadcast_trace_context: decoding the carrier", exc)
-        return None
-    if not isinstance(decoded, dict) or not all(
-        isinstance(key, str) and isinstance(value, str) for key, value in decoded.items()
-    ):
+    carrier = carrier_from_bytes(payload)
+    if carrier is None:
         _warnings.warn(
-            ("carrier not strings",),
-            "broadcast_trace_context: the received carrier is not a JSON object of strings "
-            "(%s); this rank gets None.",
-            type(decoded).__name__,
+            ("carrier unreadable",),
+            "broadcast_trace_context: the received carrier is not UTF-8 JSON of an object "
+            "of strings; this rank gets None.",
         )
-        return None
-    return decoded
+    return carrier
 
 
 def _remote_span_context(remote_context: object, remote_carrier: object) -> SpanContext | None:

@@ -11,8 +11,10 @@ of `import nemo.lens`'s own modules together.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from collections.abc import Mapping
 
 from opentelemetry.context import Context
 
@@ -34,6 +36,33 @@ def inject_context(carrier: dict[str, str]) -> None:
         propagate.inject(carrier)
     except Exception as exc:
         _warn_once("inject_context", exc)
+
+
+def carrier_to_bytes(carrier: Mapping[str, str]) -> bytes | None:
+    """`carrier` as compact JSON bytes for a byte channel (a collective, a pipe).
+
+    The JSON is ASCII (non-ASCII baggage is escaped), so the bytes are valid UTF-8 and
+    always decode again. None when JSON cannot hold a value a custom propagator wrote.
+    `nemo.lens.contrib.nccl` and `nemo.lens.distributed` share this encoding.
+    """
+    try:
+        return json.dumps(dict(carrier), separators=(",", ":"), sort_keys=True).encode("ascii")
+    except Exception:
+        return None
+
+
+def carrier_from_bytes(data: object) -> dict[str, str] | None:
+    """The carrier `carrier_to_bytes` wrote into `data`; None unless `data` is bytes-like
+    UTF-8 JSON of an object of str to str. Never raises."""
+    try:
+        carrier = json.loads(memoryview(data).tobytes().decode("utf-8"))  # type: ignore[arg-type]
+    except Exception:  # not bytes-like, not UTF-8, not JSON, or nested too deep
+        return None
+    if not isinstance(carrier, dict):
+        return None
+    if not all(isinstance(key, str) and isinstance(value, str) for key, value in carrier.items()):
+        return None
+    return carrier
 
 
 def extract_context(carrier: dict[str, str]) -> Context:

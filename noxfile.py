@@ -98,6 +98,9 @@ OTEL_ENDS = [
 # The tests that sessions of their own run: the long soak runs and the ones needing Ray or
 # torch (the integrations sessions).
 ELSEWHERE = "not soak and not integration"
+# What an OpenTelemetry release's instrumentation packages need beside them: 0.44b0 (for
+# 1.23) imports pkg_resources, which setuptools 82 removed.
+COMPANION_PINS = {OTEL_FLOOR: ("setuptools<82",)}
 # lens-core's extras every test cell installs: what the contrib tests need too.
 CORE_EXTRAS = "all,aiohttp,fastapi"
 OTEL_PINNED = (
@@ -274,7 +277,7 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
     release and editable on the others; lens-core's tests and the root tests (no shim)
     under coverage; on the newest release, hold the coverage floors."""
     install = "wheel" if otel == OTEL_LATEST else "editable"
-    requirements = [*otel_pins(otel), *group("test")]
+    requirements = [*otel_pins(otel), *COMPANION_PINS.get(otel, ()), *group("test")]
     if install == "wheel":
         with built_distributions(session, sdists=False, packages=(CORE,)) as out_dir:
             session.install(f"{wheel_of(out_dir, 'lens-core')}[{CORE_EXTRAS}]", *requirements)
@@ -417,7 +420,7 @@ def lowest_declared_pins() -> list[str]:
 def run_minimum_dependency_tests(session: nox.Session) -> None:
     """Editable lens-core[all] with each declared dependency pinned to its lower bound."""
     pins = lowest_declared_pins()
-    session.install("-e", f"{CORE}[all]", *pins, *group("test"))
+    session.install("-e", f"{CORE}[all]", *pins, *COMPANION_PINS[OTEL_FLOOR], *group("test"))
     show_versions(session)
     if session.venv_backend == "uv":
         session.run(uv_binary(), "pip", "check", external=True)

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -77,3 +78,21 @@ def test_spans_without_an_sdk_are_non_recording() -> None:
         span.set_attribute("lens.step", 1)
 
     assert span.is_recording() is False
+
+
+def test_instrument_aiohttp_client_names_its_extra() -> None:
+    """Without the aiohttp instrumentation, instrument_aiohttp_client raises ImportError
+    saying to `pip install 'lens-core[aiohttp]'` (NeMo-RL catches it)."""
+    from nemo.lens.contrib.aiohttp import instrument_aiohttp_client
+
+    with pytest.raises(ImportError, match=re.escape("pip install 'lens-core[aiohttp]'")):
+        instrument_aiohttp_client()
+
+
+def test_instrument_fastapi_names_its_extra() -> None:
+    """Without the FastAPI instrumentation, instrument_fastapi raises ImportError saying to
+    `pip install 'lens-core[fastapi]'`, before it looks at the app."""
+    from nemo.lens.contrib.fastapi import instrument_fastapi
+
+    with pytest.raises(ImportError, match=re.escape("pip install 'lens-core[fastapi]'")):
+        instrument_fastapi(object())  # type: ignore[arg-type]  # no FastAPI in this install

@@ -109,6 +109,7 @@ def test_broadcast_never_imports_torch() -> None:
     assert result.stdout.split() == ["None", "False"]
 
 
+@pytest.mark.integration
 def test_broadcast_without_a_process_group_is_none(
     spans: InMemorySpans, caplog: pytest.LogCaptureFixture
 ) -> None:

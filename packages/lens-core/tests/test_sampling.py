@@ -29,9 +29,9 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from nemo.lens import NemoLensConfig
+from nemo.lens._otel_env import TRACES_SAMPLERS
 from nemo.lens._sdk import _sampling
 from nemo.lens._sdk._sampling import (
-    TRACES_SAMPLERS,
     build_sampler,
     rank_aware_sampler,
     sampler_from_environment,
@@ -485,6 +485,30 @@ def test_setup_installs_the_sampler_when_sampler_enabled(rank: int, exported: bo
             config, rank=rank, world_size=len(RANKS), span_exporter=exporter, _allow_reinit=True
         )
         assert handle.is_exporting
+        with handle.tracer.start_as_current_span("step"):
+            pass
+        handle.shutdown(timeout_ms=5000)
+    assert [span.name for span in exporter.get_finished_spans()] == (["step"] if exported else [])
+
+
+@pytest.mark.parametrize(("rank", "exported"), [(KEPT, True), (LEFT_OUT, False)])
+def test_without_rank_the_sampler_hashes_the_callers_nv_dl_rank(rank: int, exported: bool) -> None:
+    """Generation B passes no rank= but nv.dl.rank/nv.dl.world_size resource attributes;
+    the sampler hashes that rank (not rank 0 on every process)."""
+    from nemo.lens import setup_telemetry
+    from nemo.lens.semconv import NV_DL_RANK, NV_DL_WORLD_SIZE
+    from nemo.lens.testing import isolated_telemetry
+
+    exporter = InMemorySpanExporter()
+    config = sampler_config(0.5)
+    config.metrics_enabled = False
+    with isolated_telemetry():
+        handle = setup_telemetry(
+            config,
+            resource_attributes={NV_DL_RANK: rank, NV_DL_WORLD_SIZE: len(RANKS)},
+            span_exporter=exporter,
+            _allow_reinit=True,
+        )
         with handle.tracer.start_as_current_span("step"):
             pass
         handle.shutdown(timeout_ms=5000)

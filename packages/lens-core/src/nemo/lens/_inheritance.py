@@ -16,6 +16,7 @@ thing a meter keeps of its provider; see `nemo.lens._otel_internals`).
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from typing import Any
 
@@ -37,6 +38,9 @@ _inherited_consumers: weakref.WeakSet[Any] = weakref.WeakSet()
 _at_fork: weakref.WeakSet[Any] = weakref.WeakSet()
 _pipelines_built = 0
 _inherited_pipeline = False
+# Each logger provider lens built, with the pid that built it. Logs reach a pipeline only
+# through the global logger provider, so a child's own setup must replace an inherited one.
+_logger_provider_pids: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def note_pipeline_built(meter_provider: object | None) -> None:
@@ -45,6 +49,20 @@ def note_pipeline_built(meter_provider: object | None) -> None:
     _pipelines_built += 1
     if meter_provider is not None:
         _own_providers.append(weakref.ref(meter_provider))
+
+
+def note_logger_provider(provider: object) -> None:
+    """Record that this process built logger provider `provider`."""
+    _logger_provider_pids[provider] = os.getpid()
+
+
+def is_inherited_logger_provider(provider: object) -> bool:
+    """True when `provider` is a logger provider lens built in a parent of this process."""
+    try:
+        pid = _logger_provider_pids.get(provider)
+    except TypeError:  # not weakly referenceable or not hashable: not one of lens's
+        return False
+    return pid is not None and pid != os.getpid()
 
 
 def note_meter(meter: object) -> None:

@@ -8,6 +8,7 @@ imports the SDK: an API-only install can still ask what is configured and what i
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import string
 from collections.abc import Iterable, Mapping
@@ -513,3 +514,53 @@ def batch_span_settings(environ: Mapping[str, str] | None = None) -> BatchSpanSe
         else:
             queue = batch
     return BatchSpanSettings(queue, batch, delay, timeout)
+
+
+#: The `OTEL_TRACES_SAMPLER` values lens accepts: the SDK's built-in samplers.
+TRACES_SAMPLERS: Final = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
+#: The SDK's sampler when `OTEL_TRACES_SAMPLER` is unset.
+DEFAULT_TRACES_SAMPLER: Final = "parentbased_always_on"
+#: The samplers that read a ratio from `OTEL_TRACES_SAMPLER_ARG` (1.0 when it is unset).
+RATIO_TRACES_SAMPLERS: Final = frozenset({"traceidratio", "parentbased_traceidratio"})
+
+
+def traces_sampler(environ: Mapping[str, str] | None = None) -> tuple[str, float]:
+    """The sampler `OTEL_TRACES_SAMPLER` names and the ratio `OTEL_TRACES_SAMPLER_ARG` gives.
+
+    The name is read stripped and in any case; unset or blank means
+    `parentbased_always_on`. The ratio is 1.0 unless a ratio sampler is named and the
+    argument is set; the other samplers ignore the argument. lens reads these only for
+    `sampler_enabled`; otherwise the SDK reads them itself.
+
+    Raises:
+        ValueError: The name is none of `TRACES_SAMPLERS`, or a ratio sampler's argument
+            is not a number in [0.0, 1.0]. (The SDK would warn and fall back instead.)
+    """
+    raw_name = _read(environ, "OTEL_TRACES_SAMPLER")
+    name = raw_name.lower() or DEFAULT_TRACES_SAMPLER
+    if name not in TRACES_SAMPLERS:
+        raise LensValueError(
+            f"Invalid value for OTEL_TRACES_SAMPLER: {raw_name!r}; expected one of "
+            f"{', '.join(TRACES_SAMPLERS)} (default {DEFAULT_TRACES_SAMPLER}). lens reads it "
+            "because NemoLensConfig.sampler_enabled is set (<PREFIX>_SAMPLER_ENABLED)"
+        )
+    raw_ratio = _read(environ, "OTEL_TRACES_SAMPLER_ARG")
+    if name not in RATIO_TRACES_SAMPLERS or not raw_ratio:
+        return name, 1.0
+    try:
+        ratio = float(raw_ratio)
+    except ValueError:
+        ratio = math.nan
+    if math.isnan(ratio) or not 0.0 <= ratio <= 1.0:
+        raise LensValueError(
+            f"Invalid value for OTEL_TRACES_SAMPLER_ARG: {raw_ratio!r}; expected a number in "
+            f"[0.0, 1.0] (the ratio of OTEL_TRACES_SAMPLER={name}; 1.0 when unset)"
+        )
+    return name, ratio

@@ -123,6 +123,22 @@ def clean_attributes(attributes: object) -> dict[str, AttributeValue]:
     return cleaned
 
 
+def rank_from_attributes(attributes: object) -> tuple[int | None, int | None]:
+    """The rank and world size a caller gave as resource attributes, or (None, None).
+
+    Generation-B consumers pass no `rank=` to setup but `dl.rank`/`nv.dl.rank` and
+    `dl.world_size`/`nv.dl.world_size` as resource attributes; the rank-aware sampler
+    hashes that rank. Both must be ints with 0 <= rank < world size.
+    """
+    if not isinstance(attributes, Mapping):
+        return None, None
+    rank = attributes.get(semconv.DL_RANK, attributes.get(semconv.NV_DL_RANK))
+    world = attributes.get(semconv.DL_WORLD_SIZE, attributes.get(semconv.NV_DL_WORLD_SIZE))
+    if type(rank) is int and type(world) is int and 0 <= rank < world:
+        return rank, world
+    return None, None
+
+
 def _instance_id(
     run_id: str, rank: int | None, caller: Mapping[str, AttributeValue], forked_child: bool
 ) -> str:

@@ -54,7 +54,7 @@ class NemoLensConfig:
     _span_group_cls: type | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        _check_sample_rate(self.export_sample_rate, "NemoLensConfig.export_sample_rate")
+        check_sample_rate(self.export_sample_rate, "NemoLensConfig.export_sample_rate")
 
     @property
     def resolved_span_groups(self) -> frozenset[str]:
@@ -161,11 +161,11 @@ def _parse_bool(raw: str) -> bool:
 
 def _parse_rate(raw: str) -> float:
     rate = float(raw)
-    _check_sample_rate(rate, "export_sample_rate")
+    check_sample_rate(rate, "export_sample_rate")
     return rate
 
 
-def _check_sample_rate(rate: Any, name: str) -> None:
+def check_sample_rate(rate: Any, name: str) -> None:
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
         raise LensTypeError(
             f"{name} must be a number in [0.0, 1.0], got {type(rate).__name__} ({rate!r})"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
 
-from nemo.lens import _fork_hooks, _otel_env, _shutdown, state
+from nemo.lens import _fork_hooks, _inheritance, _otel_env, _otel_internals, _shutdown, state
 from nemo.lens._otel_internals import ProxyMeterProvider
 from nemo.lens.config import NemoLensConfig
 from nemo.lens.errors import LensTypeError, LensValueError
@@ -369,6 +369,11 @@ def _install_logger_provider(provider: ApiLoggerProvider) -> None:
     # marked experimental by the underscore); `setup_logging_bridge` reads it back.
     from opentelemetry import _logs
 
+    _inheritance.note_logger_provider(provider)
+    if _inheritance.is_inherited_logger_provider(_logs.get_logger_provider()):
+        # A forked child setting up its own pipeline: the global provider is its parent's,
+        # which exports nothing here, and logs have no handle-level provider to fall back on.
+        _otel_internals.forget_global_logger_provider()
     _logs.set_logger_provider(provider)
     if _logs.get_logger_provider() is not provider:
         _logger.warning(

@@ -320,7 +320,7 @@ def encodable_span_name(name: object) -> str:
     return text
 
 
-def _record_error(
+def record_span_error(
     span: Span, exc: Exception, record_exception: bool, typed_description: bool, where: str
 ) -> None:
     """Record `exc` on `span` (the SDK's exception event) and set ERROR status; never raises."""
@@ -455,7 +455,9 @@ class _Span:
         parent, attached = self._parent, self._attached
         self._span = self._token = self._marker = self._parent = self._attached = None
         if isinstance(exc, Exception):
-            _record_error(span, exc, self._record_exception, self._typed_description, self._where)
+            record_span_error(
+                span, exc, self._record_exception, self._typed_description, self._where
+            )
         if token is not None and marker is not None:
             _leave(self._where, self._name, token, marker, parent, attached)
         try:

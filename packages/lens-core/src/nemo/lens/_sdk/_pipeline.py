@@ -233,6 +233,15 @@ class Pipeline:
         return 0 if gate is None else gate.report()
 
 
+def _sampler_rank(
+    rank: int | None, world_size: int | None, attributes: Mapping[str, object]
+) -> tuple[int | None, int | None]:
+    """The rank the sampler hashes: setup's, else the one the resource attributes give."""
+    if rank is not None:
+        return rank, world_size
+    return _resource.rank_from_attributes(attributes)
+
+
 def _ignore_budget(action: Callable[[], object]) -> Callable[[int], object]:
     return lambda remaining_ms: action()
 
@@ -306,7 +315,7 @@ def build_pipeline(
                 resource=resource,
                 id_generator=build_id_generator(),
                 # None leaves the SDK's own OTEL_TRACES_SAMPLER handling in place.
-                sampler=build_sampler(config, rank, world_size),
+                sampler=build_sampler(config, *_sampler_rank(rank, world_size, attributes)),
                 shutdown_on_exit=False,
             )
             pipeline.tracer_provider = tracer_provider

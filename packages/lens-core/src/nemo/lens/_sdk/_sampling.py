@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
+from nemo.lens import _otel_env
 from nemo.lens._warn_once import WarnOnce
-from nemo.lens.config import NemoLensConfig, _check_sample_rate
+from nemo.lens.config import NemoLensConfig, check_sample_rate
 from nemo.lens.errors import LensTypeError, LensValueError
 from nemo.lens.strategies import rank_in_sample
 
@@ -36,20 +35,6 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "RankAwareSampler")
-
-#: The `OTEL_TRACES_SAMPLER` values lens accepts: the SDK's built-in samplers.
-TRACES_SAMPLERS: Final = (
-    "always_on",
-    "always_off",
-    "traceidratio",
-    "parentbased_always_on",
-    "parentbased_always_off",
-    "parentbased_traceidratio",
-)
-#: The SDK's sampler when `OTEL_TRACES_SAMPLER` is unset.
-DEFAULT_TRACES_SAMPLER: Final = "parentbased_always_on"
-# The samplers that read a ratio from OTEL_TRACES_SAMPLER_ARG (1.0 when it is unset).
-_RATIO_SAMPLERS: Final = frozenset({"traceidratio", "parentbased_traceidratio"})
 
 _SamplerFactory = Callable[[int, int, float, "Sampler | None"], "Sampler"]
 
@@ -73,7 +58,7 @@ def build_sampler(
     """
     if not config.sampler_enabled:
         return None
-    _check_sample_rate(
+    check_sample_rate(
         config.export_sample_rate,
         "NemoLensConfig.export_sample_rate (the rate of the sampler that sampler_enabled installs)",
     )
@@ -109,25 +94,18 @@ def rank_aware_sampler(
             f"RankAwareSampler: rank must lie in [0, world_size), got rank={rank} of "
             f"world_size={world_size}"
         )
-    _check_sample_rate(sample_rate, "RankAwareSampler sample_rate")
+    check_sample_rate(sample_rate, "RankAwareSampler sample_rate")
     return _rank_aware_sampler_type()(rank, world_size, float(sample_rate), delegate)
 
 
 def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sampler:
     """The SDK sampler `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` name.
 
-    The name is read stripped and in any case; unset or blank means
-    `parentbased_always_on`. The ratio samplers read their ratio from
-    `OTEL_TRACES_SAMPLER_ARG`, 1.0 when it is unset or blank; the others ignore it.
+    The rules (names, default, ratio) are `nemo.lens._otel_env.traces_sampler`'s.
 
     Raises:
-        ValueError: The name is none of `TRACES_SAMPLERS`, or a ratio sampler's argument
-            is not a number in [0.0, 1.0]. (The SDK would warn and fall back instead.)
+        ValueError: An unknown sampler name or a bad ratio (see `traces_sampler`).
     """
-    from opentelemetry.sdk.environment_variables import (
-        OTEL_TRACES_SAMPLER,
-        OTEL_TRACES_SAMPLER_ARG,
-    )
     from opentelemetry.sdk.trace.sampling import (
         ALWAYS_OFF,
         ALWAYS_ON,
@@ -137,9 +115,7 @@ def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sample
         TraceIdRatioBased,
     )
 
-    env = os.environ if environ is None else environ
-    raw_name = env.get(OTEL_TRACES_SAMPLER, "")
-    name = raw_name.strip().lower() or DEFAULT_TRACES_SAMPLER
+    name, ratio = _otel_env.traces_sampler(environ)
     fixed: dict[str, Sampler] = {
         "always_on": ALWAYS_ON,
         "always_off": ALWAYS_OFF,
@@ -148,25 +124,6 @@ def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sample
     }
     if name in fixed:
         return fixed[name]
-    if name not in _RATIO_SAMPLERS:
-        raise LensValueError(
-            f"Invalid value for {OTEL_TRACES_SAMPLER}: {raw_name!r}; expected one of "
-            f"{', '.join(TRACES_SAMPLERS)} (default {DEFAULT_TRACES_SAMPLER}). lens reads it "
-            "because NemoLensConfig.sampler_enabled is set (<PREFIX>_SAMPLER_ENABLED)"
-        )
-    raw_ratio = env.get(OTEL_TRACES_SAMPLER_ARG, "").strip()
-    ratio = 1.0
-    if raw_ratio:
-        try:
-            ratio = float(raw_ratio)
-        except ValueError:
-            ratio = math.nan
-        if math.isnan(ratio) or not 0.0 <= ratio <= 1.0:
-            raise LensValueError(
-                f"Invalid value for {OTEL_TRACES_SAMPLER_ARG}: {raw_ratio!r}; expected a "
-                f"number in [0.0, 1.0] (the ratio of {OTEL_TRACES_SAMPLER}={name}; "
-                "1.0 when unset)"
-            )
     if name == "traceidratio":
         return TraceIdRatioBased(ratio)
     return ParentBasedTraceIdRatio(ratio)

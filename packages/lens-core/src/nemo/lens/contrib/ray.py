@@ -30,7 +30,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Tracer
 
 from nemo.lens._warn_once import WarnOnce
-from nemo.lens.helpers import _record_error
+from nemo.lens.helpers import record_span_error
 from nemo.lens.propagation import extract_context, inject_context
 
 __all__ = [
@@ -229,7 +229,7 @@ class _RemoteSpan:
         if span is None:
             return
         if isinstance(failure, Exception):
-            _record_error(span, failure, True, True, "traced_remote_call")
+            record_span_error(span, failure, True, True, "traced_remote_call")
         try:
             span.end()
         except Exception as exc:

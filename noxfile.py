@@ -163,7 +163,7 @@ nox.options.sessions = [
 @nox.session
 @nox.parametrize(("python", "otel"), TEST_CELLS)
 def tests(session: nox.Session, otel: str) -> None:
-    """lens-core's tests and the cross-package tests without the shim, under coverage."""
+    """lens-core's tests and the cross-package tests without the shim (coverage: newest)."""
     run_core_tests(session, otel, check_coverage=otel == OTEL_LATEST)
 
 
@@ -273,9 +273,10 @@ def otel_pins(version: str, names: tuple[str, ...] = OTEL_PINNED) -> list[str]:
 
 
 def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> None:
-    """lens-core[all] at one OpenTelemetry release, from a freshly built wheel on the newest
-    release and editable on the others; lens-core's tests and the root tests (no shim)
-    under coverage; on the newest release, hold the coverage floors."""
+    """lens-core at one OpenTelemetry release, from a freshly built wheel on the newest
+    release and editable on the others; lens-core's tests and the root tests (no shim).
+    With `check_coverage` (the newest release) they run under coverage and the coverage
+    floors hold; the other cells run them untraced, which is faster (CI time)."""
     install = "wheel" if otel == OTEL_LATEST else "editable"
     requirements = [*otel_pins(otel), *COMPANION_PINS.get(otel, ()), *group("test")]
     if install == "wheel":
@@ -284,34 +285,31 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
     else:
         session.install("-e", f"{CORE}[{CORE_EXTRAS}]", *requirements)
     show_versions(session)
-    coverage_file = pathlib.Path(session.create_tmp()) / ".coverage"
-    env = {
-        "COVERAGE_FILE": str(coverage_file),
-        "LENS_TEST_SHIM": "absent",
-        "LENS_TEST_INSTALL": install,
-    }
-    for stale in coverage_file.parent.glob(".coverage*"):
-        stale.unlink()
+    env = {"LENS_TEST_SHIM": "absent", "LENS_TEST_INSTALL": install}
     test_paths = ("packages/lens-core/tests", "tests")
-    session.run(
-        "coverage", "run", "-m", "pytest", "-m", f"not fork and {ELSEWHERE}", *test_paths,
-        *session.posargs,
-        env=env,
-    )  # fmt: skip
-    # A child forked while another thread holds coverage's own tracer lock hangs inside
-    # coverage, so the tests that fork run untraced.
+    runner = ["python", "-m", "pytest"]
+    if check_coverage:
+        coverage_file = pathlib.Path(session.create_tmp()) / ".coverage"
+        env["COVERAGE_FILE"] = str(coverage_file)
+        for stale in coverage_file.parent.glob(".coverage*"):
+            stale.unlink()
+        runner = ["coverage", "run", "-m", "pytest"]
+    session.run(*runner, "-m", f"not fork and {ELSEWHERE}", *test_paths, *session.posargs, env=env)
+    # The tests that fork run in a process of their own, untraced: a child forked while
+    # another thread holds coverage's tracer lock hangs inside coverage.
     session.run(
         "python", "-m", "pytest", "-m", f"fork and {ELSEWHERE}", *test_paths, *session.posargs,
         env=env,
     )  # fmt: skip
-    if check_coverage:
-        # Maps a wheel's site-packages paths onto the source tree ([tool.coverage.paths]).
-        session.run("coverage", "combine", "-q", env=env)
-        for include, floor in COVERAGE_FLOORS:
-            session.run(
-                "coverage", "report", f"--include={include}", f"--fail-under={floor}",
-                env=env,
-            )  # fmt: skip
+    if not check_coverage:
+        return
+    # Maps a wheel's site-packages paths onto the source tree ([tool.coverage.paths]).
+    session.run("coverage", "combine", "-q", env=env)
+    for include, floor in COVERAGE_FLOORS:
+        session.run(
+            "coverage", "report", f"--include={include}", f"--fail-under={floor}",
+            env=env,
+        )  # fmt: skip
 
 
 def run_integration_tests(session: nox.Session, runtime: str) -> None:

@@ -41,7 +41,15 @@ nox.options.download_python = "never"
 
 ROOT = pathlib.Path(__file__).resolve().parent
 CORE = ROOT / "packages" / "lens-core"
-COMPAT = ROOT / "packages" / "lens-compat-rl"
+# The deprecation shims, by the name markers and LENS_TEST_SHIMS use (tests/conftest.py).
+SHIMS = {
+    "rl": ROOT / "packages" / "lens-compat-rl",
+    "gym": ROOT / "packages" / "lens-compat-gym",
+}
+ALIAS = ROOT / "packages" / "nemo-lens"  # the code-free migration alias
+# Every distribution of the monorepo, lens-core first.
+DISTRIBUTIONS = {"lens-core": CORE, **{f"lens-compat-{n}": p for n, p in SHIMS.items()}}
+DISTRIBUTIONS["nemo-lens"] = ALIAS
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 CORE_PYPROJECT = nox.project.load_toml(CORE / "pyproject.toml")
 
@@ -129,11 +137,24 @@ COVERAGE_FLOORS = (
 # mypy runs once per test directory: each has a conftest.py, which two in one run would
 # make two modules named `conftest`.
 TYPECHECK_RUNS = (
-    ("packages/lens-core/src", "packages/lens-compat-rl/src", "noxfile.py"),
+    (
+        "packages/lens-core/src",
+        "packages/lens-compat-rl/src",
+        "packages/lens-compat-gym/src",
+        "noxfile.py",
+    ),
     ("packages/lens-core/tests",),
     ("packages/lens-compat-rl/tests",),
+    ("packages/lens-compat-gym/tests",),
     ("tests",),
 )
+# The compat sessions: both shims on every Python; each without the other on the newest.
+SHIM_SETS = [
+    nox.param(python, shims, id=f"{python}, shims={'+'.join(shims)}")
+    for python in PYTHONS
+    for shims in (("rl", "gym"), ("rl",), ("gym",))
+    if len(shims) == len(SHIMS) or python == NEWEST_PYTHON
+]
 
 SHOW_VERSIONS = """\
 import importlib.metadata, platform, sys
@@ -142,7 +163,7 @@ found = sorted(
     (dist.metadata["Name"].lower(), dist.version)
     for dist in importlib.metadata.distributions()
     if dist.metadata["Name"]
-    and dist.metadata["Name"].lower().startswith(("opentelemetry", "lens-"))
+    and dist.metadata["Name"].lower().startswith(("opentelemetry", "lens-", "nemo-lens"))
 )
 for name, version in found or [("opentelemetry-*", "none installed")]:
     print(f"  {name} {version}")
@@ -185,16 +206,17 @@ def integrations_torch(session: nox.Session) -> None:
     run_integration_tests(session, "torch")
 
 
-@nox.session(python=PYTHONS)
-def compat(session: nox.Session) -> None:
-    """lens-compat-rl's tests, and the cross-package tests with it, from fresh wheels."""
-    run_shim_tests(session, install="wheel")
+@nox.session
+@nox.parametrize(("python", "shims"), SHIM_SETS)
+def compat(session: nox.Session, shims: tuple[str, ...]) -> None:
+    """The shims' tests, and the cross-package tests with them, from fresh wheels."""
+    run_shim_tests(session, install="wheel", shims=shims)
 
 
 @nox.session(name="compat-editable", python=NEWEST_PYTHON, tags=["latest"])
 def compat_editable(session: nox.Session) -> None:
-    """The same tests on the development install (both packages editable)."""
-    run_shim_tests(session, install="editable")
+    """The same tests on the development install (every package editable)."""
+    run_shim_tests(session, install="editable", shims=tuple(SHIMS))
 
 
 @nox.session(python=OLDEST_PYTHON, tags=["oldest"])
@@ -217,13 +239,13 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=NEWEST_PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict (configured in the root pyproject) over both src trees."""
+    """mypy --strict (configured in the root pyproject) over the src trees and the tests."""
     run_typecheck(session)
 
 
 @nox.session(python=NEWEST_PYTHON)
 def build(session: nox.Session) -> None:
-    """sdist and wheel of both packages; wheel contents checked; both installed and imported."""
+    """sdist and wheel of all four distributions; contents checked; installed and used."""
     run_build_checks(session)
 
 
@@ -291,7 +313,7 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
     else:
         session.install("-e", f"{CORE}[{CORE_EXTRAS}]", *requirements)
     show_versions(session)
-    env = {"LENS_TEST_SHIM": "absent", "LENS_TEST_INSTALL": install}
+    env = {"LENS_TEST_SHIMS": "none", "LENS_TEST_INSTALL": install}
     test_paths = ("packages/lens-core/tests", "tests")
     runner = ["python", "-m", "pytest"]
     if check_coverage:
@@ -339,15 +361,15 @@ def run_soak_tests(session: nox.Session, otel: str) -> None:
     session.run(
         "python", "-m", "pytest", "-m", "soak", "packages/lens-core/tests", "tests",
         *session.posargs,
-        env={"LENS_TEST_SHIM": "absent", "LENS_TEST_INSTALL": "editable"},
+        env={"LENS_TEST_SHIMS": "none", "LENS_TEST_INSTALL": "editable"},
     )  # fmt: skip
 
 
 @contextmanager
 def built_distributions(
-    session: nox.Session, *, sdists: bool, packages: tuple[pathlib.Path, ...] = (CORE, COMPAT)
+    session: nox.Session, *, sdists: bool, packages: tuple[pathlib.Path, ...]
 ) -> Iterator[pathlib.Path]:
-    """Build `packages` (both by default) into a new temporary directory and yield it: with
+    """Build `packages` into a new temporary directory and yield it: with
     `sdists`, each package's sdist and the wheel built from that sdist (what an installer
     given only the sdist would get); without, each wheel straight from the source tree."""
     out_dir = pathlib.Path(tempfile.mkdtemp(prefix="lens-dist-"))
@@ -376,29 +398,28 @@ def wheel_of(out_dir: pathlib.Path, distribution: str) -> pathlib.Path:
     return wheel
 
 
-def run_shim_tests(session: nox.Session, *, install: str) -> None:
-    """lens-compat-rl's tests and the root tests in shim mode, from wheels or editable.
+def run_shim_tests(session: nox.Session, *, install: str, shims: tuple[str, ...]) -> None:
+    """lens-core, the alias and the `shims` (from wheels or editable); the shims' own tests
+    and the root tests, which check each shim installed or absent as the session says.
 
     pytest runs from a scratch directory with the repository as its rootdir, so nothing
     imports the source tree by accident; a root test checks where lens was imported from.
     """
     requirements = [*otel_pins(OTEL_LATEST, ("opentelemetry-api", "opentelemetry-sdk"))]
     requirements += group("test")
+    packages = (CORE, *(SHIMS[shim] for shim in shims), ALIAS)
     if install == "wheel":
-        with built_distributions(session, sdists=False) as out_dir:
-            session.install(
-                str(wheel_of(out_dir, "lens-core")),
-                str(wheel_of(out_dir, "lens-compat-rl")),
-                *requirements,
-            )
+        with built_distributions(session, sdists=False, packages=packages) as out_dir:
+            session.install(*(str(path) for path in sorted(out_dir.glob("*.whl"))), *requirements)
     else:
-        session.install("-e", str(CORE), "-e", str(COMPAT), *requirements)
+        session.install(*(f"--editable={package}" for package in packages), *requirements)
     show_versions(session)
-    env = {"LENS_TEST_SHIM": "installed", "LENS_TEST_INSTALL": install}
+    env = {"LENS_TEST_SHIMS": ",".join(shims), "LENS_TEST_INSTALL": install}
     with session.chdir(session.create_tmp()):
         session.run(
             "python", "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
-            str(COMPAT / "tests"), str(ROOT / "tests"), *session.posargs,
+            *(str(SHIMS[shim] / "tests") for shim in shims), str(ROOT / "tests"),
+            *session.posargs,
             env=env,
         )  # fmt: skip
 
@@ -452,7 +473,7 @@ def run_api_only_tests(session: nox.Session) -> None:
     session.run(
         "python", "-m", "pytest", "tests/test_api_only.py", "tests/test_without_shim.py",
         *session.posargs,
-        env={"LENS_TEST_API_ONLY": "1", "LENS_TEST_SHIM": "absent"},
+        env={"LENS_TEST_API_ONLY": "1", "LENS_TEST_SHIMS": "none"},
     )  # fmt: skip
 
 
@@ -467,7 +488,8 @@ def run_lint(session: nox.Session) -> None:
 def run_typecheck(session: nox.Session) -> None:
     """mypy over both src trees, the noxfile and each test directory, with the SDK and
     what the tests and the noxfile import installed so their types are known."""
-    session.install("-e", f"{CORE}[{CORE_EXTRAS}]", "-e", str(COMPAT), *group("typecheck"))
+    shims = (f"--editable={package}" for package in SHIMS.values())
+    session.install("-e", f"{CORE}[{CORE_EXTRAS}]", *shims, *group("typecheck"))
     show_versions(session)
     for paths in TYPECHECK_RUNS:
         session.run("mypy", *paths)
@@ -480,28 +502,33 @@ def wheel_files(wheel: pathlib.Path) -> list[str]:
 
 
 def check_wheel_contents(out_dir: pathlib.Path) -> None:
-    """No wheel owns the `nemo` namespace; the shim's wheel writes nothing under `nemo/`;
-    each package's wheel and sdist carry its LICENSE unchanged (PEP 639: the wheel under
-    `*.dist-info/licenses/`, named by a `License-File` line; the sdist at its top)."""
+    """No wheel owns the `nemo` namespace; no shim writes under `nemo/` and lens-core ships
+    no legacy module; the alias's wheel holds metadata only; each distribution's wheel and
+    sdist carry its LICENSE unchanged (PEP 639: the wheel under `*.dist-info/licenses/`,
+    named by a `License-File` line; the sdist at its top)."""
     for wheel in sorted(out_dir.glob("*.whl")):
         names = wheel_files(wheel)
         if "nemo/__init__.py" in names:
             raise RuntimeError(f"{wheel.name} contains nemo/__init__.py (nemo is a namespace)")
         print(f"{wheel.name}: {len(names)} files, no nemo/__init__.py")
     core = wheel_files(wheel_of(out_dir, "lens-core"))
-    shim = wheel_files(wheel_of(out_dir, "lens-compat-rl"))
-    problems = [
-        *(f"lens-compat-rl writes {name}" for name in shim if name.startswith("nemo/")),
-        *(f"lens-core ships {name}" for name in core if name.endswith("instruments/rl.py")),
-        *(
-            f"lens-compat-rl lacks {name}"
-            for name in ("lens_compat_rl_hook.pth", "_lens_compat_rl_hook.py")
-            if name not in shim
-        ),
+    problems = [] if "nemo/lens/py.typed" in core else ["lens-core lacks nemo/lens/py.typed"]
+    for shim in SHIMS:
+        distribution = f"lens-compat-{shim}"
+        files = wheel_files(wheel_of(out_dir, distribution))
+        problems += [f"{distribution} writes {name}" for name in files if name.startswith("nemo/")]
+        problems += [
+            f"{distribution} writes {name} outside its package and .dist-info"
+            for name in files
+            if not name.startswith((f"lens_compat_{shim}/", f"lens_compat_{shim}-"))
+        ]
+        problems += [f"lens-core ships {name}" for name in core if f"instruments/{shim}" in name]
+    problems += [
+        f"nemo-lens ships {name}, but is an alias without code"
+        for name in wheel_files(wheel_of(out_dir, "nemo-lens"))
+        if not name.startswith("nemo_lens-")
     ]
-    if "nemo/lens/py.typed" not in core:
-        problems.append("lens-core lacks nemo/lens/py.typed")
-    for distribution, package in (("lens-core", CORE), ("lens-compat-rl", COMPAT)):
+    for distribution, package in DISTRIBUTIONS.items():
         license_file = package / "LICENSE"
         if not license_file.is_file():
             problems.append(f"{license_file.relative_to(ROOT)} does not exist")
@@ -538,32 +565,82 @@ def check_wheel_contents(out_dir: pathlib.Path) -> None:
 
 
 IMPORT_CHECK = """\
-import importlib.metadata, pathlib, sysconfig
-import nemo.lens, lens_compat_rl, nemo.lens.instruments.rl as legacy
+import importlib, importlib.metadata, pathlib, sysconfig
+import nemo.lens
 site = pathlib.Path(sysconfig.get_paths()["purelib"]).resolve()
-for module in (nemo.lens, lens_compat_rl, legacy):
-    assert pathlib.Path(module.__file__).resolve().is_relative_to(site), module.__file__
-assert pathlib.Path(legacy.__spec__.origin).parent == pathlib.Path(lens_compat_rl.__file__).parent
-assert nemo.lens.__version__ == importlib.metadata.version("lens-core")
-assert lens_compat_rl.__version__ == importlib.metadata.version("lens-compat-rl")
-print("imported nemo.lens", nemo.lens.__version__, "and lens_compat_rl", lens_compat_rl.__version__)
-print("nemo.lens.instruments.rl comes from", legacy.__spec__.origin)
+assert pathlib.Path(nemo.lens.__file__).resolve().is_relative_to(site), nemo.lens.__file__
+version = importlib.metadata.version("lens-core")
+assert nemo.lens.__version__ == version
+assert importlib.metadata.distribution("nemo-lens").version == version
+for shim in ("rl", "gym"):
+    package = importlib.import_module(f"lens_compat_{shim}")
+    legacy = importlib.import_module(f"nemo.lens.instruments.{shim}")
+    for module in (package, legacy):
+        assert pathlib.Path(module.__file__).resolve().is_relative_to(site), module.__file__
+    assert pathlib.Path(legacy.__spec__.origin).parent == pathlib.Path(package.__file__).parent
+    assert package.__version__ == importlib.metadata.version(f"lens-compat-{shim}") == version
+    print(f"nemo.lens.instruments.{shim} comes from", legacy.__spec__.origin)
+print("lens-core, lens-compat-rl, lens-compat-gym and nemo-lens are all", version)
+"""
+
+# Legacy NeMo-Gym code, unchanged: the five series with their kinds and units, and one
+# DeprecationWarning at the call line however many steps run.
+LEGACY_GYM_CHECK = """\
+import warnings
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import Gauge, Histogram, InMemoryMetricReader
+from nemo.lens.instruments.gym import record_gym_metrics
+
+reader = InMemoryMetricReader()
+meter = MeterProvider(metric_readers=[reader]).get_meter("legacy-gym")
+durations = dict(server_request_duration_ms=12.0, rollout_duration_ms=340.0, verify_duration_ms=8.0)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for step in range(3):
+        record_gym_metrics(meter, **durations, verify_success_rate=0.75, active_servers=4)
+(warning,) = caught
+assert warning.category is DeprecationWarning and warning.lineno == 12, warning
+(scope,) = reader.get_metrics_data().resource_metrics[0].scope_metrics
+found = {metric.name: (type(metric.data), metric.unit) for metric in scope.metrics}
+assert found == {
+    "gym.server.request_duration_ms": (Histogram, "ms"),
+    "gym.rollout.duration_ms": (Histogram, "ms"),
+    "gym.verify.duration_ms": (Histogram, "ms"),
+    "gym.verify.success_rate": (Gauge, ""),
+    "gym.servers.active": (Gauge, ""),
+}, found
+print("legacy Gym code recorded", sorted(found), "and warned once:", warning.message)
+"""
+GYM_GONE_CHECK = """\
+try:
+    import nemo.lens.instruments.gym
+except ModuleNotFoundError as exc:
+    assert exc.name == "nemo.lens.instruments.gym", exc.name
+    print("without lens-compat-gym:", exc)
+else:
+    raise AssertionError("nemo.lens.instruments.gym imported without lens-compat-gym")
 """
 
 
 def run_build_checks(session: nox.Session) -> None:
-    """Build sdists and wheels (wheels from the sdists), check both kinds (namespace,
-    shim layout, LICENSE), install both wheels together and import them from a directory
-    outside the source tree."""
-    with built_distributions(session, sdists=True) as out_dir:
-        print("built:", ", ".join(sorted(path.name for path in out_dir.iterdir())))
-        check_wheel_contents(out_dir)
-        session.install(
-            str(wheel_of(out_dir, "lens-core")), str(wheel_of(out_dir, "lens-compat-rl"))
-        )
+    """Build every distribution's sdist and wheel (the wheel from the sdist) and check them
+    (namespace, shim layout, alias without code, LICENSE). In this fresh environment, with
+    the four wheels and the SDK: import from outside the source tree, run legacy Gym code,
+    uninstall lens-compat-gym and see its legacy import fail."""
+    with built_distributions(session, sdists=True, packages=tuple(DISTRIBUTIONS.values())) as out:
+        print("built:", ", ".join(sorted(path.name for path in out.iterdir())))
+        check_wheel_contents(out)
+        sdk = otel_pins(OTEL_LATEST, ("opentelemetry-api", "opentelemetry-sdk"))
+        session.install(*(str(wheel_of(out, name)) for name in DISTRIBUTIONS), *sdk)
     show_versions(session)
     with session.chdir(session.create_tmp()):
         session.run("python", "-W", "error", "-c", IMPORT_CHECK)
+        session.run("python", "-c", LEGACY_GYM_CHECK)
+        if session.venv_backend == "uv":
+            session.run(uv_binary(), "pip", "uninstall", "lens-compat-gym", external=True)
+        else:
+            session.run("python", "-m", "pip", "uninstall", "-y", "lens-compat-gym")
+        session.run("python", "-c", GYM_GONE_CHECK)
 
 
 def run_docs_build(session: nox.Session) -> None:

@@ -1,12 +1,14 @@
-"""Cross-package tests: lens-core together with, or without, lens-compat-rl.
+"""Cross-package tests: lens-core with or without each deprecation shim.
 
-Tests marked `shim` run only when lens-compat-rl is installed, tests marked `noshim` only
-when it is not; the other is reported as skipped. LENS_TEST_SHIM=installed or =absent makes
-a run insist on one mode, so a nox session cannot pass by skipping its half of the tests.
+`@pytest.mark.shim("gym")` tests run only when lens-compat-gym is installed,
+`@pytest.mark.noshim("gym")` tests only when it is not; the other is reported as skipped.
+LENS_TEST_SHIMS names the shims a run must find installed ("rl,gym", "gym", "none"), so a
+nox session cannot pass by skipping its half of the tests.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import os
 from collections.abc import Iterator
@@ -20,6 +22,12 @@ from nemo.lens.testing import (
     reset_warning_memory,
 )
 
+#: Shim name (as markers and LENS_TEST_SHIMS spell it) -> (distribution, recording module).
+SHIMS = {
+    "rl": ("lens-compat-rl", "lens_compat_rl._record"),
+    "gym": ("lens-compat-gym", "lens_compat_gym._record"),
+}
+
 
 def _distribution_installed(name: str) -> bool:
     try:
@@ -29,38 +37,67 @@ def _distribution_installed(name: str) -> bool:
     return True
 
 
-SHIM_INSTALLED = _distribution_installed("lens-compat-rl")
+INSTALLED_SHIMS = frozenset(
+    shim for shim, (distribution, _) in SHIMS.items() if _distribution_installed(distribution)
+)
+
+
+def _expected_shims() -> frozenset[str] | None:
+    """The shims LENS_TEST_SHIMS says are installed; None when it is not set."""
+    expected = os.environ.get("LENS_TEST_SHIMS", "").strip()
+    if not expected:
+        return None
+    if expected == "none":
+        return frozenset()
+    names = frozenset(name.strip() for name in expected.split(","))
+    unknown = names - set(SHIMS)
+    if unknown:
+        raise pytest.UsageError(
+            f"LENS_TEST_SHIMS={expected!r}: {sorted(unknown)} unknown; use 'none' or a "
+            f"comma-separated list of {sorted(SHIMS)}"
+        )
+    return names
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Refuse to run when LENS_TEST_SHIM disagrees with what is installed."""
-    expected = os.environ.get("LENS_TEST_SHIM", "")
-    if expected not in ("", "installed", "absent"):
-        raise pytest.UsageError(f"LENS_TEST_SHIM={expected!r}: use 'installed' or 'absent'")
-    if expected and (expected == "installed") != SHIM_INSTALLED:
-        actual = "installed" if SHIM_INSTALLED else "absent"
-        raise pytest.UsageError(f"LENS_TEST_SHIM={expected}, but lens-compat-rl is {actual}")
+    """Refuse to run when LENS_TEST_SHIMS disagrees with what is installed."""
+    expected = _expected_shims()
+    if expected is not None and expected != INSTALLED_SHIMS:
+        raise pytest.UsageError(
+            f"LENS_TEST_SHIMS names {sorted(expected)}, but installed are {sorted(INSTALLED_SHIMS)}"
+        )
+
+
+def _marked_shim(item: pytest.Item, marker_name: str) -> str | None:
+    marker = item.get_closest_marker(marker_name)
+    if marker is None:
+        return None
+    (shim,) = marker.args
+    if shim not in SHIMS:
+        raise pytest.UsageError(f"{item.nodeid}: {marker_name}({shim!r}) names no shim")
+    return str(shim)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip `shim` tests without lens-compat-rl and `noshim` tests with it."""
+    """Skip `shim(x)` tests without lens-compat-x and `noshim(x)` tests with it."""
     for item in items:
-        if not SHIM_INSTALLED and item.get_closest_marker("shim") is not None:
-            item.add_marker(pytest.mark.skip(reason="needs lens-compat-rl installed"))
-        if SHIM_INSTALLED and item.get_closest_marker("noshim") is not None:
-            item.add_marker(pytest.mark.skip(reason="needs lens-compat-rl absent"))
+        needed = _marked_shim(item, "shim")
+        if needed is not None and needed not in INSTALLED_SHIMS:
+            item.add_marker(pytest.mark.skip(reason=f"needs {SHIMS[needed][0]} installed"))
+        refused = _marked_shim(item, "noshim")
+        if refused is not None and refused in INSTALLED_SHIMS:
+            item.add_marker(pytest.mark.skip(reason=f"needs {SHIMS[refused][0]} absent"))
 
 
 @pytest.fixture(autouse=True)
 def _isolated_registry() -> Iterator[None]:
-    """Each test starts and ends with an empty metric registry; with the shim installed,
-    its once-per-process deprecation counts as already issued."""
+    """Each test starts and ends with an empty metric registry; each installed shim's
+    once-per-process deprecation counts as already issued."""
     reset_metric_registry()
     reset_warning_memory()
-    if SHIM_INSTALLED:
-        import lens_compat_rl._record
-
-        lens_compat_rl._record._once.first(lens_compat_rl._record._DEPRECATION)  # as issued
+    for shim in INSTALLED_SHIMS:
+        recorder = importlib.import_module(SHIMS[shim][1])._recorder
+        recorder.once.first(recorder.DEPRECATION_KEY)  # as issued
     yield
     reset_metric_registry()
     reset_warning_memory()

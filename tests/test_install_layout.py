@@ -1,7 +1,7 @@
 """The session installed what it says: LENS_TEST_INSTALL=wheel or =editable.
 
-A wheel session must import lens from site-packages, never from the source tree, or it
-would not be testing the built wheels at all.
+A wheel session must import lens and the shims from site-packages, never from the source
+tree, or it would not be testing the built wheels at all.
 """
 
 from __future__ import annotations
@@ -28,28 +28,45 @@ def _origin(module_name: str) -> pathlib.Path | None:
     return pathlib.Path(spec.origin).resolve()
 
 
+# Each shim's import package -> its source directory.
+SHIM_PACKAGES = {
+    "lens_compat_rl": SOURCES / "lens-compat-rl" / "src",
+    "lens_compat_gym": SOURCES / "lens-compat-gym" / "src",
+}
+
+
 @pytest.mark.skipif(INSTALL_MODE != "wheel", reason="LENS_TEST_INSTALL is not 'wheel'")
 def test_wheel_install_imports_from_site_packages() -> None:
-    """lens-core, and lens-compat-rl with its hook when installed, come from site-packages."""
+    """lens-core, and each shim that is installed, come from site-packages."""
     lens_file = pathlib.Path(nemo.lens.__file__).resolve()
     assert lens_file.is_relative_to(SITE_PACKAGES), lens_file
     assert not lens_file.is_relative_to(SOURCES), lens_file
-    for module_name in ("lens_compat_rl", "_lens_compat_rl_hook"):
-        origin = _origin(module_name)
+    for package in SHIM_PACKAGES:
+        origin = _origin(package)
         if origin is not None:
             assert origin.is_relative_to(SITE_PACKAGES), origin
-    if _origin("lens_compat_rl") is not None:
-        assert (SITE_PACKAGES / "lens_compat_rl_hook.pth").is_file()
 
 
 @pytest.mark.skipif(INSTALL_MODE != "editable", reason="LENS_TEST_INSTALL is not 'editable'")
 def test_editable_install_imports_from_the_source_tree() -> None:
-    """lens-core, and lens-compat-rl when installed, are the repository's own sources."""
+    """lens-core, and each shim that is installed, are the repository's own sources."""
     lens_file = pathlib.Path(nemo.lens.__file__).resolve()
     assert lens_file.is_relative_to(SOURCES / "lens-core" / "src"), lens_file
-    origin = _origin("lens_compat_rl")
-    if origin is not None:
-        assert origin.is_relative_to(SOURCES / "lens-compat-rl" / "src"), origin
+    for package, sources in SHIM_PACKAGES.items():
+        origin = _origin(package)
+        if origin is not None:
+            assert origin.is_relative_to(sources), origin
+
+
+def test_no_start_up_hook_is_installed() -> None:
+    """The shims ship no .pth file or top-level hook module any more: nothing of lens runs
+    at interpreter start-up (lens-core's finder serves their legacy names)."""
+    leftovers = [
+        path.name
+        for pattern in ("lens_compat_*_hook.pth", "_lens_compat_*_hook.py")
+        for path in SITE_PACKAGES.glob(pattern)
+    ]
+    assert leftovers == []
 
 
 def test_install_mode_is_one_the_sessions_use() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from nemo.lens import MetricSpec, record_metrics, register_metric_group
 
-pytestmark = pytest.mark.shim
+pytestmark = pytest.mark.shim("rl")
 
 # A training loop written against lens 0.2: it only knows the legacy import and call.
 LEGACY_SCRIPT = textwrap.dedent(

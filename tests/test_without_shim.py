@@ -1,4 +1,8 @@
-"""lens-core alone: the legacy RL module is gone and lens-core carries no RL code."""
+"""lens-core without a shim: its legacy module is gone and lens-core carries none of its code.
+
+Each test runs once per shim, and only in sessions where that shim is not installed (the
+`compat` sessions install one shim without the other, too).
+"""
 
 from __future__ import annotations
 
@@ -13,43 +17,58 @@ import pytest
 import nemo.lens.instruments
 from nemo.lens import registered_metric_groups
 
-pytestmark = pytest.mark.noshim
+# shim -> (legacy module, legacy function, the shim's import package)
+LEGACY = {
+    "rl": ("nemo.lens.instruments.rl", "record_rl_metrics", "lens_compat_rl"),
+    "gym": ("nemo.lens.instruments.gym", "record_gym_metrics", "lens_compat_gym"),
+}
+EACH_ABSENT_SHIM = pytest.mark.parametrize(
+    "shim", [pytest.param(shim, marks=pytest.mark.noshim(shim), id=shim) for shim in LEGACY]
+)
+# A child that hangs is killed well before pytest's patience runs out.
+CHILD_TIMEOUT = 60
 
 
-def test_importing_the_legacy_module_raises_module_not_found() -> None:
-    """`import nemo.lens.instruments.rl` fails with ModuleNotFoundError naming the module."""
+@EACH_ABSENT_SHIM
+def test_importing_the_legacy_module_raises_module_not_found(shim: str) -> None:
+    """`import nemo.lens.instruments.<shim>` fails with ModuleNotFoundError naming the module."""
+    module, _, _ = LEGACY[shim]
     with pytest.raises(ModuleNotFoundError) as raised:
-        importlib.import_module("nemo.lens.instruments.rl")
+        importlib.import_module(module)
 
-    assert raised.value.name == "nemo.lens.instruments.rl"
+    assert raised.value.name == module
 
 
-def test_a_fresh_interpreter_cannot_import_the_legacy_function() -> None:
+@EACH_ABSENT_SHIM
+def test_a_fresh_interpreter_cannot_import_the_legacy_function(shim: str) -> None:
     """Legacy code run in a new process stops at its import with ModuleNotFoundError."""
+    module, function, _ = LEGACY[shim]
     result = subprocess.run(
-        [sys.executable, "-c", "from nemo.lens.instruments.rl import record_rl_metrics"],
+        [sys.executable, "-c", f"from {module} import {function}"],
         capture_output=True,
         text=True,
         check=False,
+        timeout=CHILD_TIMEOUT,
     )
 
     assert result.returncode == 1
-    assert "ModuleNotFoundError: No module named 'nemo.lens.instruments.rl'" in result.stderr
+    assert f"ModuleNotFoundError: No module named '{module}'" in result.stderr
 
 
-def test_the_shim_package_is_absent() -> None:
-    """Neither lens_compat_rl nor its start-up hook can be imported."""
-    for name in ("lens_compat_rl", "_lens_compat_rl_hook"):
-        with pytest.raises(ModuleNotFoundError):
-            importlib.import_module(name)
+@EACH_ABSENT_SHIM
+def test_the_shim_package_is_absent(shim: str) -> None:
+    """The shim's package cannot be imported."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(LEGACY[shim][2])
 
 
-def test_lens_core_ships_no_rl_module_and_registers_no_rl_group() -> None:
-    """No module named rl exists anywhere under nemo.lens, and importing lens-core's
-    metric registry registers no "rl" group."""
+@EACH_ABSENT_SHIM
+def test_lens_core_ships_no_legacy_module_and_registers_no_legacy_group(shim: str) -> None:
+    """No module named after the shim exists anywhere under nemo.lens, and importing
+    lens-core's metric registry registers no group of that name."""
     module_names = [info.name for info in pkgutil.walk_packages(nemo.lens.__path__, "nemo.lens.")]
     assert module_names, "walk_packages found no lens-core modules"
-    assert not [name for name in module_names if name.rsplit(".", 1)[-1] == "rl"]
+    assert not [name for name in module_names if name.rsplit(".", 1)[-1] == shim]
     for directory in nemo.lens.__path__:
-        assert not list(pathlib.Path(directory).rglob("rl.py"))
-    assert "rl" not in registered_metric_groups()
+        assert not list(pathlib.Path(directory).rglob(f"{shim}.py"))
+    assert shim not in registered_metric_groups()

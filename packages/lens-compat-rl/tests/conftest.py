@@ -1,7 +1,9 @@
 """Fixtures for lens-compat-rl's tests, which need the distribution installed.
 
-Without it (a plain lens-core development install) the whole directory is skipped,
-unless LENS_TEST_SHIM=installed says this run must have it, as the nox `compat` sessions do.
+Without it (a plain lens-core development install) the whole directory is skipped, unless
+LENS_TEST_SHIMS says this run must have it: a comma-separated list of the shims a nox
+session installed ("rl", "gym", "rl,gym") or "none". Listing "rl" without lens-compat-rl
+installed is an error, so a session cannot pass by skipping everything here.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ from typing import Any
 
 import pytest
 
+from nemo.lens.instruments._legacy_recorder import LegacyRecorder
 from nemo.lens.testing import (
     InMemoryMetrics,
     in_memory_metrics,
     reset_metric_registry,
     reset_warning_memory,
 )
+
+#: The names LENS_TEST_SHIMS may list (besides "none").
+KNOWN_SHIMS = frozenset({"rl", "gym"})
 
 
 def _shim_installed() -> bool:
@@ -30,9 +36,24 @@ def _shim_installed() -> bool:
     return True
 
 
+def _listed_shims() -> frozenset[str]:
+    """The shims LENS_TEST_SHIMS lists; empty when it is unset or "none"."""
+    listed = os.environ.get("LENS_TEST_SHIMS", "").strip()
+    if listed in ("", "none"):
+        return frozenset()
+    names = frozenset(name.strip() for name in listed.split(","))
+    unknown = names - KNOWN_SHIMS
+    if unknown:
+        raise RuntimeError(
+            f"LENS_TEST_SHIMS={listed!r} lists {sorted(unknown)}; use 'none' or a "
+            f"comma-separated list of {sorted(KNOWN_SHIMS)}"
+        )
+    return names
+
+
 SHIM_INSTALLED = _shim_installed()
-if not SHIM_INSTALLED and os.environ.get("LENS_TEST_SHIM") == "installed":
-    raise RuntimeError("LENS_TEST_SHIM=installed, but lens-compat-rl is not installed")
+if not SHIM_INSTALLED and "rl" in _listed_shims():
+    raise RuntimeError("LENS_TEST_SHIMS lists 'rl', but lens-compat-rl is not installed")
 
 
 class _ShimNotInstalled(pytest.File):
@@ -53,11 +74,11 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
 def _isolated_shim() -> Iterator[None]:
     """Each test starts with an empty registry, the deprecation already issued and no
     failure memory; tests of the warning itself re-arm it with `armed_deprecation`."""
-    import lens_compat_rl._record
+    from lens_compat_rl._record import _recorder
 
     reset_metric_registry()
     reset_warning_memory()
-    lens_compat_rl._record._once.first(lens_compat_rl._record._DEPRECATION)  # as issued
+    _recorder.once.first(LegacyRecorder.DEPRECATION_KEY)  # as if issued
     yield
     reset_metric_registry()
     reset_warning_memory()
@@ -66,9 +87,9 @@ def _isolated_shim() -> Iterator[None]:
 @pytest.fixture
 def armed_deprecation() -> None:
     """Make the next record_rl_metrics call behave as the first one in the process."""
-    import lens_compat_rl._record
+    from lens_compat_rl._record import _recorder
 
-    lens_compat_rl._record._once.clear()
+    _recorder.once.clear()
 
 
 @pytest.fixture

@@ -11,9 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import lens_compat_rl._record
 from lens_compat_rl import LEGACY_RL_SPECS, record_rl_metrics
-from nemo.lens.instruments import MetricSpec, register_metric_group
+from nemo.lens.instruments import MetricSpec, _legacy_recorder, register_metric_group
 
 FIELDS = [spec.key for spec in LEGACY_RL_SPECS]
 
@@ -116,7 +115,7 @@ def test_an_unexpected_failure_is_swallowed_and_logged_once(
     def broken_registry(*args: object, **kwargs: object) -> None:
         raise RuntimeError("registry unavailable")
 
-    monkeypatch.setattr(lens_compat_rl._record, "register_metric_group", broken_registry)
+    monkeypatch.setattr(_legacy_recorder, "register_metric_group", broken_registry)
     caplog.set_level(logging.WARNING, logger="lens_compat_rl")
 
     for _ in range(3):
@@ -134,7 +133,7 @@ def test_keyboard_interrupt_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) ->
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(lens_compat_rl._record, "register_metric_group", interrupted)
+    monkeypatch.setattr(_legacy_recorder, "register_metric_group", interrupted)
 
     with pytest.raises(KeyboardInterrupt):
         record_rl_metrics(object(), reward_mean=1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from typing import Any
@@ -70,6 +71,69 @@ def test_positional_arguments_follow_the_legacy_order(pipeline: Any) -> None:
         (point,) = pipeline.points(series)
         recorded = point.value if data_type is Gauge else point.sum
         assert recorded == value, series
+
+
+def test_tokens_per_sec_is_an_alias_of_throughput_tokens_per_sec(
+    pipeline: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The older trees' tokens_per_sec records rl.throughput.tokens_per_sec, the series the
+    explicit keyword writes, without a warning."""
+    caplog.set_level(logging.WARNING)
+
+    record_rl_metrics(pipeline.meter, tokens_per_sec=1200.0)
+    assert pipeline.points("rl.throughput.tokens_per_sec")[0].value == 1200.0
+    record_rl_metrics(pipeline.meter, throughput_tokens_per_sec=900.0)
+
+    metrics = pipeline.metrics()
+    assert set(metrics) == {"rl.throughput.tokens_per_sec"}
+    assert metrics["rl.throughput.tokens_per_sec"].unit == "{token}/s"
+    assert pipeline.points("rl.throughput.tokens_per_sec")[0].value == 900.0
+    assert caplog.records == []
+
+
+def test_given_both_throughput_tokens_per_sec_wins_with_one_warning(
+    pipeline: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With both keywords the explicit one is recorded and tokens_per_sec dropped; one
+    warning on the shim's logger says so, however many calls pass both."""
+    caplog.set_level(logging.WARNING)
+
+    record_rl_metrics(pipeline.meter, throughput_tokens_per_sec=800.0, tokens_per_sec=5.0)
+    assert pipeline.points("rl.throughput.tokens_per_sec")[0].value == 800.0
+    record_rl_metrics(pipeline.meter, throughput_tokens_per_sec=700.0, tokens_per_sec=6.0)
+
+    assert pipeline.points("rl.throughput.tokens_per_sec")[0].value == 700.0
+    (warning,) = caplog.records
+    assert warning.name == "lens_compat_rl._record"
+    assert warning.levelno == logging.WARNING
+    message = warning.getMessage()
+    assert "throughput_tokens_per_sec" in message
+    assert "dropping tokens_per_sec" in message
+
+
+def test_tokens_per_sec_goes_to_a_consumer_group_under_the_explicit_key(pipeline: Any) -> None:
+    """The alias becomes the throughput_tokens_per_sec key, so a consumer's "rl" group
+    receives it under its own series name."""
+    register_metric_group(
+        "rl", [MetricSpec("throughput_tokens_per_sec", "nemo_rl.tokens_per_sec", "gauge")]
+    )
+
+    record_rl_metrics(pipeline.meter, tokens_per_sec=321.0)
+
+    assert pipeline.names() == {"nemo_rl.tokens_per_sec"}
+    assert pipeline.points("nemo_rl.tokens_per_sec")[0].value == 321.0
+
+
+def test_signature_keeps_the_legacy_order_and_appends_tokens_per_sec() -> None:
+    """meter, the eleven legacy keywords in their order, then tokens_per_sec: all
+    positional-or-keyword, every value defaulting to None, no **kwargs."""
+    parameters = list(inspect.signature(record_rl_metrics).parameters.values())
+
+    legacy_order = [row[0] for row in LEGACY_SERIES]
+    assert [p.name for p in parameters] == ["meter", *legacy_order, "tokens_per_sec"]
+    assert {p.kind for p in parameters} == {inspect.Parameter.POSITIONAL_OR_KEYWORD}
+    assert parameters[0].default is inspect.Parameter.empty
+    assert all(p.default is None for p in parameters[1:])
 
 
 def test_none_values_are_skipped_without_creating_series(pipeline: Any) -> None:

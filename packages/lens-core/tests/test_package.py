@@ -102,7 +102,8 @@ def test_unknown_root_attribute_is_an_attribute_error() -> None:
 
 
 def test_bare_import_loads_no_submodule_but_version() -> None:
-    """`import nemo.lens` alone loads only the package and its version module."""
+    """`import nemo.lens` alone loads only the package, its version module and the finder
+    of the shims' legacy modules (which must be in place before any submodule import)."""
     import subprocess
     import sys
 
@@ -112,7 +113,9 @@ def test_bare_import_loads_no_submodule_but_version() -> None:
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
-    assert result.stdout.strip() == "['nemo.lens', 'nemo.lens.version']"
+    assert result.stdout.strip() == (
+        "['nemo.lens', 'nemo.lens._legacy_modules', 'nemo.lens.version']"
+    )
 
 
 def test_bare_import_loads_no_sdk_integration_or_runtime() -> None:

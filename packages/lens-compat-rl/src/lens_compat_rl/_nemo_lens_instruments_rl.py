@@ -1,4 +1,4 @@
-"""Loaded as `nemo.lens.instruments.rl` by lens-compat-rl's import hook. Deprecated.
+"""Served as `nemo.lens.instruments.rl` by lens-core's legacy-module finder. Deprecated.
 
 Legacy code imports `record_rl_metrics` from here; importing stays quiet (callers read its
 signature at import), and the first call issues the `DeprecationWarning`.

@@ -1,36 +1,19 @@
 """`record_rl_metrics`: the legacy per-step call, mapped onto lens-core's metric registry.
 
-The shim never creates an instrument itself. It makes sure a group named "rl" exists (the
-legacy definition, unless a consumer registered its own) and hands the values to
-`record_metrics`, so validation, caching, fork safety and the once-per-key warnings are
-lens-core's, and a consumer's own "rl" definition always wins.
-
-Whether "rl" exists is asked of the registry's own table on every call: one dict look-up
-without the lock, the same look-up `record_metrics` makes next. (`registered_metric_groups()`
-would copy every group under the registry lock on every step.) Asking each time, instead of
-remembering that the group was registered, keeps the two cases a cached answer gets wrong:
-a consumer's own "rl" registered later is found, and a group dropped by a test's registry
-reset is registered again on the next call.
+The shim never creates an instrument itself: lens-core's `LegacyRecorder`, shared by every
+deprecation shim, registers the legacy "rl" group only when no one else has, records
+through `record_metrics`, never raises and issues the one `DeprecationWarning`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import warnings
 from typing import Any, Final
 
 from lens_compat_rl._specs import LEGACY_RL_GROUP, LEGACY_RL_SPECS
-from nemo.lens._warn_once import WarnOnce
-from nemo.lens.instruments import record_metrics, register_metric_group
-
-# The registry's table itself, mutated in place and never rebound (lens-core binds it once
-# for record_metrics the same way), so a membership test always sees the current groups.
-from nemo.lens.instruments._registry import GROUPS as _GROUPS
+from nemo.lens.instruments._legacy_recorder import LegacyRecorder
 
 __all__ = ["DEPRECATION_MESSAGE", "REMOVAL_RELEASE", "record_rl_metrics"]
-
-_logger = logging.getLogger(__name__)
 
 #: The lens release that no longer has a lens-compat-rl to go with it.
 REMOVAL_RELEASE: Final = "0.5.0"
@@ -43,11 +26,13 @@ DEPRECATION_MESSAGE: Final = (
     "See docs/migrating-from-record-rl-metrics.md."
 )
 
-# lens-core's warn-once memory: the deprecation is issued by the first call only (exactly
-# one, even when several threads make their first call together), and a broken set-up logs
-# once per failure kind instead of every step. nemo.lens.testing.reset_all() forgets both.
-_once = WarnOnce(_logger, "record_rl_metrics")
-_DEPRECATION: Final = "deprecation"
+_recorder = LegacyRecorder(
+    "record_rl_metrics",
+    LEGACY_RL_GROUP,
+    LEGACY_RL_SPECS,
+    DEPRECATION_MESSAGE,
+    logging.getLogger(__name__),
+)
 
 
 def record_rl_metrics(
@@ -63,6 +48,7 @@ def record_rl_metrics(
     throughput_tokens_per_sec: float | None = None,
     generation_duration_ms: float | None = None,
     rollout_duration_ms: float | None = None,
+    tokens_per_sec: float | None = None,
 ) -> None:
     """Record legacy RL metrics into the metric group "rl". Deprecated.
 
@@ -85,49 +71,33 @@ def record_rl_metrics(
         reward_mean: Each keyword after `meter` is one value for the `LEGACY_RL_SPECS`
             entry whose key is that keyword (`reward_mean` -> `rl.reward.mean`, ...,
             `rollout_duration_ms` -> `rl.rollout.duration_ms`).
+        tokens_per_sec: The older trees' name of `throughput_tokens_per_sec`, recorded as
+            that same series. Given both, `throughput_tokens_per_sec` wins and one warning
+            says `tokens_per_sec` was dropped.
     """
-    try:
-        if LEGACY_RL_GROUP not in _GROUPS:
-            _register_legacy_group()
-        # Only the values given: each None passed on would cost record_metrics a slow
-        # look-up of its own, and legacy callers usually pass a few of the eleven.
-        values: dict[str, float] = {}
-        if reward_mean is not None:
-            values["reward_mean"] = reward_mean
-        if kl_divergence is not None:
-            values["kl_divergence"] = kl_divergence
-        if policy_loss is not None:
-            values["policy_loss"] = policy_loss
-        if value_loss is not None:
-            values["value_loss"] = value_loss
-        if entropy is not None:
-            values["entropy"] = entropy
-        if response_length_mean is not None:
-            values["response_length_mean"] = response_length_mean
-        if grad_norm is not None:
-            values["grad_norm"] = grad_norm
-        if learning_rate is not None:
-            values["learning_rate"] = learning_rate
-        if throughput_tokens_per_sec is not None:
-            values["throughput_tokens_per_sec"] = throughput_tokens_per_sec
-        if generation_duration_ms is not None:
-            values["generation_duration_ms"] = generation_duration_ms
-        if rollout_duration_ms is not None:
-            values["rollout_duration_ms"] = rollout_duration_ms
-        record_metrics(meter, LEGACY_RL_GROUP, values)
-    except Exception as exc:  # never break the training step
-        if _once.first(("failure", type(exc).__name__)):
-            _logger.warning(
-                "record_rl_metrics: unexpected %s (%s); the call was skipped",
-                type(exc).__name__,
-                exc,
-                exc_info=exc,
+    if tokens_per_sec is not None:
+        if throughput_tokens_per_sec is None:
+            throughput_tokens_per_sec = tokens_per_sec
+        else:
+            _recorder.warn_once(
+                "tokens_per_sec",
+                "record_rl_metrics: both throughput_tokens_per_sec and its alias "
+                "tokens_per_sec were given; recording throughput_tokens_per_sec and "
+                "dropping tokens_per_sec (this warning is shown once)",
             )
-    if _once.first(_DEPRECATION):
-        warnings.warn(DEPRECATION_MESSAGE, DeprecationWarning, stacklevel=2)
-
-
-def _register_legacy_group() -> None:
-    # ValueError: another thread, or the consumer, registered "rl" since we looked; use theirs.
-    with contextlib.suppress(ValueError):
-        register_metric_group(LEGACY_RL_GROUP, LEGACY_RL_SPECS)
+    _recorder.record(
+        meter,
+        {
+            "reward_mean": reward_mean,
+            "kl_divergence": kl_divergence,
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": entropy,
+            "response_length_mean": response_length_mean,
+            "grad_norm": grad_norm,
+            "learning_rate": learning_rate,
+            "throughput_tokens_per_sec": throughput_tokens_per_sec,
+            "generation_duration_ms": generation_duration_ms,
+            "rollout_duration_ms": rollout_duration_ms,
+        },
+    )

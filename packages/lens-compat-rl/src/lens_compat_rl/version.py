@@ -1,3 +1,3 @@
 """The lens-compat-rl release number (read by hatchling at build time)."""
 
-__version__ = "0.3.0"
+__version__ = "0.4.0.dev0"

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
 
+from nemo.lens import _legacy_modules
 from nemo.lens.version import __version__
+
+# Legacy names such as `nemo.lens.instruments.rl` come from the deprecation shims that
+# declare them; the finder must be in place before Python looks up any submodule.
+_legacy_modules.install()
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from nemo.lens.config import NemoLensConfig

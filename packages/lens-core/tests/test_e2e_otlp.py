@@ -1,24 +1,20 @@
 """End to end over OTLP: real receivers on 127.0.0.1 decode what lens exports.
 
-The HTTP receiver is `http.server` in a thread; the gRPC receiver is a `grpcio` server
-with the collector services from `opentelemetry-proto`. Each decodes the protobuf
-payloads and the tests compare every value and resource attribute that arrives.
+The receivers are `lens_receivers.OtlpReceiver`: `http.server` in a thread for OTLP/HTTP,
+a `grpcio` server with the collector services from `opentelemetry-proto` for gRPC. Each
+decodes the protobuf payloads and the tests compare every value and resource attribute
+that arrives.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
 import socket
-import threading
 from collections.abc import Iterator
-from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from lens_receivers import OtlpReceiver, Received
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from nemo.lens import (
@@ -75,15 +71,6 @@ def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-class Received:
-    """What a receiver decoded, guarded by a lock (requests arrive on server threads)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.metrics: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
-        self.traces: list[trace_service_pb2.ExportTraceServiceRequest] = []
-
-
 def python_value(value: AnyValue) -> Any:
     kind = value.WhichOneof("value")
     if kind == "array_value":
@@ -93,12 +80,6 @@ def python_value(value: AnyValue) -> Any:
 
 def as_dict(attributes: Any) -> dict[str, Any]:
     return {item.key: python_value(item.value) for item in attributes}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def record_workload(handle: TelemetryHandle) -> Any:
@@ -122,9 +103,8 @@ def record_workload(handle: TelemetryHandle) -> Any:
 
 
 def check_everything_arrived(received: Received, run_id: str) -> None:
-    with received.lock:
-        metric_requests = list(received.metrics)
-        trace_requests = list(received.traces)
+    metric_requests = received.metric_messages()
+    trace_requests = received.trace_messages()
     assert metric_requests
     assert trace_requests
 
@@ -197,104 +177,29 @@ def e2e_config(run_id: str) -> NemoLensConfig:
     )
 
 
-@pytest.fixture
-def http_receiver() -> Iterator[tuple[str, Received]]:
-    received = Received()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            if self.headers.get("Content-Encoding") == "gzip":
-                body = gzip.decompress(body)
-            response: Any
-            if self.path == "/v1/metrics":
-                request: Any = metrics_service_pb2.ExportMetricsServiceRequest()
-                request.ParseFromString(body)
-                with received.lock:
-                    received.metrics.append(request)
-                response = metrics_service_pb2.ExportMetricsServiceResponse()
-            elif self.path == "/v1/traces":
-                request = trace_service_pb2.ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                with received.lock:
-                    received.traces.append(request)
-                response = trace_service_pb2.ExportTraceServiceResponse()
-            else:
-                self.send_error(404)
-                return
-            payload = response.SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", received
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
-
-
-def test_otlp_http_delivers_every_value_and_resource_attribute(
-    http_receiver: tuple[str, Received], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("transport", "protocol", "run_id"),
+    [
+        pytest.param("http", "http/protobuf", "httprun", id="http"),
+        # No protocol set: gRPC is the default transport.
+        pytest.param("grpc", None, "grpcrun", id="grpc-default"),
+    ],
+)
+def test_otlp_delivers_every_value_and_resource_attribute(
+    transport: str, protocol: str | None, run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """OTLP/HTTP: metrics (1,000 increments exactly), spans and resource arrive decoded."""
-    endpoint, received = http_receiver
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-    handle = setup_telemetry(
-        e2e_config("httprun"), rank=1, world_size=2, resource_attributes=CALLER_RESOURCE
-    )
-    still_open = record_workload(handle)
-    handle.shutdown(timeout_ms=20000)
-    assert not still_open.is_recording()  # shutdown ended it
-    check_everything_arrived(received, "httprun")
-
-
-def test_otlp_grpc_is_the_default_transport(monkeypatch: pytest.MonkeyPatch) -> None:
-    """OTLP/gRPC (no protocol set): the same workload arrives at a real gRPC receiver."""
-    import grpc  # type: ignore[import-untyped,unused-ignore]
-    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-
-    received = Received()
-
-    class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
-        def Export(self, request: Any, context: Any) -> Any:
-            with received.lock:
-                received.metrics.append(request)
-            return metrics_service_pb2.ExportMetricsServiceResponse()
-
-    class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request: Any, context: Any) -> Any:
-            with received.lock:
-                received.traces.append(request)
-            return trace_service_pb2.ExportTraceServiceResponse()
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    register_metrics: Any = metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server
-    register_traces: Any = trace_service_pb2_grpc.add_TraceServiceServicer_to_server
-    register_metrics(MetricsService(), server)
-    register_traces(TraceService(), server)
-    port = server.add_insecure_port(f"127.0.0.1:{free_port()}")
-    server.start()
-    try:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+    """OTLP over HTTP and over gRPC (the default): metrics (1,000 increments exactly),
+    spans and the resource arrive decoded at a real receiver."""
+    with OtlpReceiver(transport) as receiver:
+        if protocol is not None:
+            monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        if transport == "grpc":
+            monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
         handle = setup_telemetry(
-            e2e_config("grpcrun"), rank=1, world_size=2, resource_attributes=CALLER_RESOURCE
+            e2e_config(run_id), rank=1, world_size=2, resource_attributes=CALLER_RESOURCE
         )
         still_open = record_workload(handle)
         handle.shutdown(timeout_ms=20000)
         assert not still_open.is_recording()  # shutdown ended it
-    finally:
-        server.stop(grace=None).wait(10)
-    check_everything_arrived(received, "grpcrun")
+    check_everything_arrived(receiver.received, run_id)

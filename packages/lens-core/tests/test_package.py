@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
 import pathlib
 import pkgutil
+import subprocess
+import sys
+
+import pytest
 
 import nemo
 import nemo.lens
@@ -152,3 +157,33 @@ def test_bare_import_loads_no_sdk_integration_or_runtime() -> None:
     ]
     assert offenders == []
     assert "nemo.lens" in loaded
+
+
+@pytest.mark.parametrize(
+    ("module", "third_party"),
+    [
+        ("nemo.lens.contrib.aiohttp", ("aiohttp",)),
+        ("nemo.lens.contrib.fastapi", ("fastapi", "starlette")),
+    ],
+)
+def test_importing_an_integration_loads_none_of_its_packages(
+    module: str, third_party: tuple[str, ...]
+) -> None:
+    """Importing a contrib integration in a fresh interpreter imports neither the framework
+    it instruments nor any OpenTelemetry instrumentation package: only calling it does."""
+    script = (
+        "import json, sys\n"
+        f"import {module}\n"
+        "print(json.dumps(sorted(m for m in sys.modules\n"
+        f"    if m.split('.')[0] in {third_party!r}\n"
+        "    or m.startswith('opentelemetry.instrumentation'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+
+    assert json.loads(result.stdout) == []

@@ -75,10 +75,13 @@ class Received:
         self.metric_requests = 0
         self.log_requests = 0
         self._logs: list[ReceivedLog] = []
+        self._trace_messages: list[Any] = []
+        self._metric_messages: list[Any] = []
 
     def add_traces(self, request: Any) -> None:
         with self._lock:
             self.trace_requests += 1
+            self._trace_messages.append(request)
             for resource_spans in request.resource_spans:
                 for scope_spans in resource_spans.scope_spans:
                     for span in scope_spans.spans:
@@ -88,6 +91,7 @@ class Received:
     def add_metrics(self, request: Any) -> None:
         with self._lock:
             self.metric_requests += 1
+            self._metric_messages.append(request)
             for resource_metrics in request.resource_metrics:
                 for scope_metrics in resource_metrics.scope_metrics:
                     for metric in scope_metrics.metrics:
@@ -119,6 +123,16 @@ class Received:
                                 resource=resource,
                             )
                         )
+
+    def trace_messages(self) -> list[Any]:
+        """Every ExportTraceServiceRequest received, decoded, in arrival order."""
+        with self._lock:
+            return list(self._trace_messages)
+
+    def metric_messages(self) -> list[Any]:
+        """Every ExportMetricsServiceRequest received, decoded, in arrival order."""
+        with self._lock:
+            return list(self._metric_messages)
 
     def logs(self) -> list[ReceivedLog]:
         """Every log record received, in arrival order (duplicates kept)."""

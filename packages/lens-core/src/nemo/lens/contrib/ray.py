@@ -223,6 +223,11 @@ class _RemoteSpan:
         except Exception as exc:
             _warn_once("traced_remote_call: detaching the span", exc)
 
+    def current(self, *, then_end: bool = False) -> _Current:
+        """A `with` block during which the span is current (and after which it ends, with
+        the block's exception recorded, when `then_end`)."""
+        return _Current(self, then_end)
+
     def end(self, failure: BaseException | None) -> None:
         """Record `failure` if it is an `Exception`, then end the span (once)."""
         span, self._span = self._span, None
@@ -234,6 +239,25 @@ class _RemoteSpan:
             span.end()
         except Exception as exc:
             _warn_once("traced_remote_call: ending the span", exc)
+
+
+class _Current:
+    """`_RemoteSpan.current()`: enter on the way in, leave (and maybe end) on the way out."""
+
+    __slots__ = ("_call", "_then_end", "_token")
+
+    def __init__(self, call: _RemoteSpan, then_end: bool) -> None:
+        self._call = call
+        self._then_end = then_end
+        self._token: object = None
+
+    def __enter__(self) -> None:
+        self._token = self._call.enter()
+
+    def __exit__(self, kind: object, failure: BaseException | None, traceback: object) -> None:
+        self._call.leave(self._token)
+        if self._then_end:
+            self._call.end(failure)
 
 
 # --- one wrapper per kind of method -----------------------------------------------------------
@@ -258,17 +282,8 @@ def _function_wrapper(
     def wrapper(*args: Any, _otel_carrier: dict[str, str] | None = None, **kwargs: Any) -> Any:
         if forwards:
             kwargs[_CARRIER_KEYWORD] = _otel_carrier
-        call = _RemoteSpan(name, tracer, _otel_carrier)
-        token = call.enter()
-        failure: BaseException | None = None
-        try:
+        with _RemoteSpan(name, tracer, _otel_carrier).current(then_end=True):
             return method(*args, **kwargs)
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            call.leave(token)
-            call.end(failure)
 
     return wrapper
 
@@ -286,17 +301,8 @@ def _coroutine_wrapper(
     ) -> Any:
         if forwards:
             kwargs[_CARRIER_KEYWORD] = _otel_carrier
-        call = _RemoteSpan(name, tracer, _otel_carrier)
-        token = call.enter()
-        failure: BaseException | None = None
-        try:
+        with _RemoteSpan(name, tracer, _otel_carrier).current(then_end=True):
             return await method(*args, **kwargs)
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            call.leave(token)
-            call.end(failure)
 
     return wrapper
 
@@ -321,24 +327,19 @@ def _generator_wrapper(
             sent: Any = None
             thrown: BaseException | None = None
             while True:
-                token = call.enter()
                 try:
-                    if thrown is None:
-                        item = inner.send(sent)
-                    else:
-                        item, thrown = inner.throw(thrown), None
+                    with call.current():
+                        if thrown is None:
+                            item = inner.send(sent)
+                        else:
+                            item, thrown = inner.throw(thrown), None
                 except StopIteration as stop:
                     return stop.value
-                finally:
-                    call.leave(token)
                 try:
                     sent = yield item
                 except GeneratorExit:
-                    token = call.enter()
-                    try:
+                    with call.current():
                         inner.close()
-                    finally:
-                        call.leave(token)
                     raise
                 except BaseException as exc:  # thrown in by the consumer: the body's to handle
                     thrown = exc
@@ -370,24 +371,19 @@ def _async_generator_wrapper(
             sent: Any = None
             thrown: BaseException | None = None
             while True:
-                token = call.enter()
                 try:
-                    if thrown is None:
-                        item = await inner.asend(sent)
-                    else:
-                        item, thrown = await inner.athrow(thrown), None
+                    with call.current():
+                        if thrown is None:
+                            item = await inner.asend(sent)
+                        else:
+                            item, thrown = await inner.athrow(thrown), None
                 except StopAsyncIteration:
                     return
-                finally:
-                    call.leave(token)
                 try:
                     sent = yield item
                 except GeneratorExit:
-                    token = call.enter()
-                    try:
+                    with call.current():
                         await inner.aclose()
-                    finally:
-                        call.leave(token)
                     raise
                 except BaseException as exc:  # thrown in by the consumer: the body's to handle
                     thrown = exc

@@ -11,6 +11,7 @@ declared dependencies, the API-only install, lint, type check, packaging and doc
     nox -s "tests(3.10, otel=floor)" # one cell of the matrix
     nox -s integrations-torch       # torch.distributed over gloo (not in the default run)
     nox -s bench                    # speed figures (not part of the default run)
+    nox -s docs-serve               # the documentation site at http://127.0.0.1:8000
 
 Each session creates a fresh virtual environment (uv, or virtualenv without uv) and prints
 its interpreter and installed `opentelemetry-*` versions before it checks anything.
@@ -253,6 +254,13 @@ def build(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """The documentation site, with every mkdocs warning an error."""
     run_docs_build(session)
+
+
+@nox.session(name="docs-serve", python=NEWEST_PYTHON, default=False)
+def docs_serve(session: nox.Session) -> None:
+    """Serve the documentation site at http://127.0.0.1:8000, rebuilt on every change."""
+    session.install(*group("docs"))
+    session.run("mkdocs", "serve", "--dev-addr", "127.0.0.1:8000", env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(python=NEWEST_PYTHON)

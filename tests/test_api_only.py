@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from lens_cli import clean_env, run_lens
 
 SDK_INSTALLED = importlib.util.find_spec("opentelemetry.sdk") is not None
 if SDK_INSTALLED and os.environ.get("LENS_TEST_API_ONLY") == "1":
@@ -96,3 +97,67 @@ def test_instrument_fastapi_names_its_extra() -> None:
 
     with pytest.raises(ImportError, match=re.escape("pip install 'lens-core[fastapi]'")):
         instrument_fastapi(object())  # type: ignore[arg-type]  # no FastAPI in this install
+
+
+DOCTOR_SECTIONS = (
+    "versions",
+    "OpenTelemetry environment",
+    "configuration: NemoLensConfig.from_env(prefix='NEMO_LENS')",
+    "checks",
+    "result",
+)
+
+
+def test_doctor_prints_its_whole_report_and_what_to_install() -> None:
+    """`lens doctor` on an API-only install prints every section, says once to
+    `pip install 'lens-core[sdk]'`, exits 0 while telemetry is disabled, and shows no traceback."""
+    result = run_lens("doctor", "--timeout", "1", env=clean_env())
+
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stderr == ""
+    assert result.returncode == 0, result.stdout
+    titles = [line for line in result.stdout.splitlines() if line and not line.startswith(" ")]
+    assert titles == list(DOCTOR_SECTIONS)
+    assert "opentelemetry-sdk                        not installed" in result.stdout
+    (advice,) = [line for line in result.stdout.splitlines() if "pip install" in line]
+    assert advice.startswith("  note  not installed: opentelemetry-sdk, one of ")
+    assert "install it with: pip install 'lens-core[sdk]'" in advice
+    assert result.stdout.rstrip().endswith("all well")
+
+
+@pytest.mark.parametrize(
+    ("exporter", "missing", "extra"),
+    [
+        (
+            "otlp",
+            "opentelemetry-sdk, one of opentelemetry-exporter-otlp-proto-grpc or "
+            "opentelemetry-exporter-otlp-proto-http",
+            "lens-core[sdk]",
+        ),
+        (
+            "console",
+            "opentelemetry-sdk, opentelemetry-exporter-otlp-proto-common",
+            "lens-core[sdk]",
+        ),
+        (
+            "prometheus",
+            "opentelemetry-sdk, opentelemetry-exporter-prometheus, prometheus-client",
+            "lens-core[prometheus]",
+        ),
+    ],
+)
+def test_doctor_fails_an_enabled_exporter_naming_each_missing_package_once(
+    exporter: str, missing: str, extra: str
+) -> None:
+    """With telemetry enabled, each exporter's missing packages are one FAIL naming each
+    distribution once and the extra to install; still the whole report, no traceback."""
+    settings = {"NEMO_LENS_ENABLED": "1", "NEMO_LENS_EXPORTER": exporter}
+    result = run_lens("doctor", "--timeout", "1", env=clean_env(settings))
+
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout
+    titles = [line for line in result.stdout.splitlines() if line and not line.startswith(" ")]
+    assert titles == list(DOCTOR_SECTIONS)
+    expected = f"not installed: {missing}; install it with: pip install '{extra}'"
+    assert f"  FAIL  {expected}" in result.stdout.splitlines()
+    assert f"  - {expected}" in result.stdout.splitlines()

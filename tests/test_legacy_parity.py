@@ -1,71 +1,53 @@
-"""Parity: every legacy keyword of each shim maps to a spec of the legacy kind and unit.
+"""Parity: every legacy keyword of each shim maps to a spec and a series of the legacy name,
+kind and unit.
 
-The legacy kinds and units are written out here from the lens 0.2 tables, so a change to
-LEGACY_RL_SPECS / LEGACY_GYM_SPECS, to a signature or to what lens-core emits cannot slip
-through unseen.
+The legacy tables are written out here from lens 0.2 (not read from the shims' specs), so a
+change to LEGACY_RL_SPECS / LEGACY_GYM_SPECS, to a signature or to what lens-core emits
+cannot slip through unseen.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
 import pytest
+from lens_shims import EACH_SHIM, SHIMS, Shim
 
-# keyword -> (kind, unit) of the series lens 0.2's record_rl_metrics created.
+# keyword -> (series, kind, unit) of what lens 0.2's record_rl_metrics created.
 LEGACY_RL = {
-    "reward_mean": ("gauge", ""),
-    "kl_divergence": ("gauge", ""),
-    "policy_loss": ("gauge", ""),
-    "value_loss": ("gauge", ""),
-    "entropy": ("gauge", ""),
-    "response_length_mean": ("gauge", ""),
-    "grad_norm": ("gauge", ""),
-    "learning_rate": ("gauge", ""),
-    "throughput_tokens_per_sec": ("gauge", "{token}/s"),
-    "generation_duration_ms": ("histogram", "ms"),
-    "rollout_duration_ms": ("histogram", "ms"),
+    "reward_mean": ("rl.reward.mean", "gauge", ""),
+    "kl_divergence": ("rl.kl_divergence", "gauge", ""),
+    "policy_loss": ("rl.policy_loss", "gauge", ""),
+    "value_loss": ("rl.value_loss", "gauge", ""),
+    "entropy": ("rl.entropy", "gauge", ""),
+    "response_length_mean": ("rl.response_length.mean", "gauge", ""),
+    "grad_norm": ("rl.grad_norm", "gauge", ""),
+    "learning_rate": ("rl.learning_rate", "gauge", ""),
+    "throughput_tokens_per_sec": ("rl.throughput.tokens_per_sec", "gauge", "{token}/s"),
+    "generation_duration_ms": ("rl.generation.duration_ms", "histogram", "ms"),
+    "rollout_duration_ms": ("rl.rollout.duration_ms", "histogram", "ms"),
 }
-# keyword -> (kind, unit, series) of what lens 0.2's record_gym_metrics created. The gauges
-# had no unit: one now would rename their Prometheus series (`_ratio`, ...) under dashboards.
+# The same for record_gym_metrics. The gauges had no unit: one now would rename their
+# Prometheus series (`_ratio`, ...) under dashboards.
 LEGACY_GYM = {
-    "server_request_duration_ms": ("histogram", "ms", "gym.server.request_duration_ms"),
-    "rollout_duration_ms": ("histogram", "ms", "gym.rollout.duration_ms"),
-    "verify_duration_ms": ("histogram", "ms", "gym.verify.duration_ms"),
-    "verify_success_rate": ("gauge", "", "gym.verify.success_rate"),
-    "active_servers": ("gauge", "", "gym.servers.active"),
+    "server_request_duration_ms": ("gym.server.request_duration_ms", "histogram", "ms"),
+    "rollout_duration_ms": ("gym.rollout.duration_ms", "histogram", "ms"),
+    "verify_duration_ms": ("gym.verify.duration_ms", "histogram", "ms"),
+    "verify_success_rate": ("gym.verify.success_rate", "gauge", ""),
+    "active_servers": ("gym.servers.active", "gauge", ""),
 }
-# shim -> (legacy module, function, shim package, specs name, keyword -> (kind, unit))
-SHIMS = {
-    "rl": ("nemo.lens.instruments.rl", "record_rl_metrics", "lens_compat_rl", "LEGACY_RL_SPECS",
-           LEGACY_RL),
-    "gym": ("nemo.lens.instruments.gym", "record_gym_metrics", "lens_compat_gym",
-            "LEGACY_GYM_SPECS", {key: value[:2] for key, value in LEGACY_GYM.items()}),
-}  # fmt: skip
+LEGACY_TABLES = {"rl": LEGACY_RL, "gym": LEGACY_GYM}
 # The keywords each shim accepts beyond its table: aliases recorded as a table entry.
 ALIASES = {"rl": ["tokens_per_sec"], "gym": []}
-EACH_SHIM = pytest.mark.parametrize(
-    "shim", [pytest.param(shim, marks=pytest.mark.shim(shim), id=shim) for shim in SHIMS]
-)
 EACH_KEYWORD = pytest.mark.parametrize(
     ("shim", "keyword"),
     [
-        pytest.param(shim, keyword, marks=pytest.mark.shim(shim), id=f"{shim}-{keyword}")
-        for shim, (*_, table) in SHIMS.items()
+        pytest.param(SHIMS[name], keyword, marks=pytest.mark.shim(name), id=f"{name}-{keyword}")
+        for name, table in LEGACY_TABLES.items()
         for keyword in table
     ],
 )
-
-
-def _legacy_function(shim: str) -> Any:
-    module, function, *_ = SHIMS[shim]
-    return getattr(importlib.import_module(module), function)
-
-
-def _legacy_specs(shim: str) -> Any:
-    _, _, package, specs, _ = SHIMS[shim]
-    return getattr(importlib.import_module(package), specs)
 
 
 def _kind_of(metric: Any) -> str:
@@ -83,53 +65,62 @@ def _kind_of(metric: Any) -> str:
 
 
 @EACH_SHIM
-def test_signature_is_the_legacy_signature(shim: str) -> None:
+def test_signature_is_the_legacy_signature(shim: Shim) -> None:
     """meter, then the legacy keywords in legacy order (and the aliases after them):
     positional-or-keyword, default None, and no **kwargs, because callers filter keywords
     with inspect.signature."""
-    table = SHIMS[shim][-1]
-    parameters = list(inspect.signature(_legacy_function(shim)).parameters.values())
+    table = LEGACY_TABLES[shim.name]
+    parameters = list(inspect.signature(shim.function()).parameters.values())
 
-    assert [p.name for p in parameters] == ["meter", *table, *ALIASES[shim]]
+    assert [p.name for p in parameters] == ["meter", *table, *ALIASES[shim.name]]
     assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
     assert parameters[0].default is inspect.Parameter.empty
     assert all(p.default is None for p in parameters[1:])
 
 
 @EACH_SHIM
-def test_every_legacy_keyword_has_exactly_one_spec_of_the_same_kind_and_unit(shim: str) -> None:
-    """The legacy specs hold one spec per keyword, in order, with the legacy kind and unit."""
-    table = SHIMS[shim][-1]
-    specs = _legacy_specs(shim)
+def test_the_legacy_specs_are_the_legacy_table_in_signature_order(shim: Shim) -> None:
+    """The legacy specs hold one described spec per keyword, in order, with the legacy name,
+    kind and unit."""
+    specs = shim.specs()
 
-    assert [spec.key for spec in specs] == list(table)
-    for spec in specs:
-        assert (spec.kind, spec.unit) == table[spec.key], spec.key
+    expected = [(key, *series) for key, series in LEGACY_TABLES[shim.name].items()]
+    assert [(spec.key, spec.name, spec.kind, spec.unit) for spec in specs] == expected
+    assert all(spec.description for spec in specs)
     assert len({spec.name for spec in specs}) == len(specs)
 
 
-@pytest.mark.shim("gym")
-def test_gym_series_keep_their_legacy_names() -> None:
-    """The five Gym series are named as lens 0.2 named them."""
-    from lens_compat_gym import LEGACY_GYM_SPECS
-
-    assert {spec.key: spec.name for spec in LEGACY_GYM_SPECS} == {
-        key: name for key, (_, _, name) in LEGACY_GYM.items()
-    }
-
-
 @EACH_KEYWORD
-def test_each_keyword_is_emitted_with_its_specs_name_kind_and_unit(
-    pipeline: Any, shim: str, keyword: str
+def test_each_keyword_creates_exactly_its_legacy_series(
+    pipeline: Any, shim: Shim, keyword: str
 ) -> None:
-    """Recording one keyword through the shim creates one series whose name, kind and unit
-    are its spec's, which are the legacy ones."""
-    (spec,) = [spec for spec in _legacy_specs(shim) if spec.key == keyword]
+    """Recording one keyword twice through the shim creates one series, whose name, kind and
+    unit are its spec's and the legacy ones; a gauge keeps the last value, a histogram both."""
+    (spec,) = [spec for spec in shim.specs() if spec.key == keyword]
 
-    _legacy_function(shim)(pipeline.meter, **{keyword: 3.0})
+    shim.function()(pipeline.meter, **{keyword: 42.5})
+    shim.function()(pipeline.meter, **{keyword: 7.5})
 
     metrics = pipeline.metrics()
     assert list(metrics) == [spec.name]
     metric = metrics[spec.name]
-    assert (_kind_of(metric), metric.unit) == (spec.kind, spec.unit)
-    assert (_kind_of(metric), metric.unit) == SHIMS[shim][-1][keyword]
+    assert (metric.name, _kind_of(metric), metric.unit) == (spec.name, spec.kind, spec.unit)
+    assert (metric.name, _kind_of(metric), metric.unit) == LEGACY_TABLES[shim.name][keyword]
+    (point,) = metric.data.data_points
+    if spec.kind == "gauge":
+        assert point.value == 7.5
+    else:
+        assert (point.count, point.sum, point.min, point.max) == (2, 50.0, 7.5, 42.5)
+
+
+@EACH_SHIM
+def test_positional_values_follow_the_legacy_order(pipeline: Any, shim: Shim) -> None:
+    """Positional values after the meter land on the legacy series in signature order."""
+    table = LEGACY_TABLES[shim.name]
+    values = [float(index + 1) for index in range(len(table))]
+
+    shim.function()(pipeline.meter, *values)
+
+    for (series, kind, _unit), value in zip(table.values(), values, strict=True):
+        (point,) = pipeline.points(series)
+        assert (point.value if kind == "gauge" else point.sum) == value, series

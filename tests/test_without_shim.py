@@ -9,66 +9,46 @@ from __future__ import annotations
 import importlib
 import pathlib
 import pkgutil
-import subprocess
-import sys
 
 import pytest
+from lens_shims import EACH_ABSENT_SHIM, Shim, run_python
 
 import nemo.lens.instruments
 from nemo.lens import registered_metric_groups
 
-# shim -> (legacy module, legacy function, the shim's import package)
-LEGACY = {
-    "rl": ("nemo.lens.instruments.rl", "record_rl_metrics", "lens_compat_rl"),
-    "gym": ("nemo.lens.instruments.gym", "record_gym_metrics", "lens_compat_gym"),
-}
-EACH_ABSENT_SHIM = pytest.mark.parametrize(
-    "shim", [pytest.param(shim, marks=pytest.mark.noshim(shim), id=shim) for shim in LEGACY]
-)
-# A child that hangs is killed well before pytest's patience runs out.
-CHILD_TIMEOUT = 60
-
 
 @EACH_ABSENT_SHIM
-def test_importing_the_legacy_module_raises_module_not_found(shim: str) -> None:
+def test_importing_the_legacy_module_raises_module_not_found(shim: Shim) -> None:
     """`import nemo.lens.instruments.<shim>` fails with ModuleNotFoundError naming the module."""
-    module, _, _ = LEGACY[shim]
     with pytest.raises(ModuleNotFoundError) as raised:
-        importlib.import_module(module)
+        importlib.import_module(shim.legacy_module)
 
-    assert raised.value.name == module
+    assert raised.value.name == shim.legacy_module
 
 
 @EACH_ABSENT_SHIM
-def test_a_fresh_interpreter_cannot_import_the_legacy_function(shim: str) -> None:
+def test_a_fresh_interpreter_cannot_import_the_legacy_function(shim: Shim) -> None:
     """Legacy code run in a new process stops at its import with ModuleNotFoundError."""
-    module, function, _ = LEGACY[shim]
-    result = subprocess.run(
-        [sys.executable, "-c", f"from {module} import {function}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=CHILD_TIMEOUT,
-    )
+    result = run_python(["-c", f"from {shim.legacy_module} import {shim.legacy_function}"])
 
     assert result.returncode == 1
-    assert f"ModuleNotFoundError: No module named '{module}'" in result.stderr
+    assert f"ModuleNotFoundError: No module named '{shim.legacy_module}'" in result.stderr
 
 
 @EACH_ABSENT_SHIM
-def test_the_shim_package_is_absent(shim: str) -> None:
+def test_the_shim_package_is_absent(shim: Shim) -> None:
     """The shim's package cannot be imported."""
     with pytest.raises(ModuleNotFoundError):
-        importlib.import_module(LEGACY[shim][2])
+        importlib.import_module(shim.package)
 
 
 @EACH_ABSENT_SHIM
-def test_lens_core_ships_no_legacy_module_and_registers_no_legacy_group(shim: str) -> None:
+def test_lens_core_ships_no_legacy_module_and_registers_no_legacy_group(shim: Shim) -> None:
     """No module named after the shim exists anywhere under nemo.lens, and importing
     lens-core's metric registry registers no group of that name."""
     module_names = [info.name for info in pkgutil.walk_packages(nemo.lens.__path__, "nemo.lens.")]
     assert module_names, "walk_packages found no lens-core modules"
-    assert not [name for name in module_names if name.rsplit(".", 1)[-1] == shim]
+    assert not [name for name in module_names if name.rsplit(".", 1)[-1] == shim.name]
     for directory in nemo.lens.__path__:
-        assert not list(pathlib.Path(directory).rglob(f"{shim}.py"))
-    assert shim not in registered_metric_groups()
+        assert not list(pathlib.Path(directory).rglob(f"{shim.name}.py"))
+    assert shim.name not in registered_metric_groups()

@@ -8,7 +8,9 @@ import pytest
 
 from nemo.lens.testing import (
     InMemoryMetrics,
+    InMemorySpans,
     in_memory_metrics,
+    in_memory_spans,
     reset_metric_registry,
     reset_warning_memory,
 )
@@ -29,5 +31,14 @@ def pipeline() -> Iterator[InMemoryMetrics]:
     """An in-memory metrics pipeline, shut down after the test."""
     pytest.importorskip("opentelemetry.sdk.metrics")
     built = in_memory_metrics()
+    yield built
+    built.shutdown()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpans]:
+    """An in-memory span pipeline (not installed globally), shut down after the test."""
+    pytest.importorskip("opentelemetry.sdk.trace")
+    built = in_memory_spans()
     yield built
     built.shutdown()

@@ -1,13 +1,21 @@
-"""`lens demo`: the simulated RL loop end to end, through each exporter, and Ctrl-C."""
+"""`lens demo`: the simulated RL loop end to end, through each exporter, Ctrl-C, and its
+live view on a real pseudo-terminal of a given width."""
 
 from __future__ import annotations
 
+import base64
+import fcntl
 import json
+import os
+import pty
 import queue
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 import urllib.error
@@ -18,9 +26,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 from lens_cli import clean_env, run_lens
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from nemo.lens.cli._demo import DEMO_SPECS, simulate
+from nemo.lens._sdk._console import ID_FIELDS
+from nemo.lens.cli._demo import DEMO_SPECS, MIN_LIVE_WIDTH, simulate
 
 DEMO_NAMES = {spec.name for spec in DEMO_SPECS}
 # Generous bounds for a loaded two-core machine; they only stop a hung test.
@@ -98,26 +112,73 @@ def running_demos() -> Iterator[list[RunningDemo]]:
 
 
 def read_json_lines(path: Path) -> list[dict[str, Any]]:
-    """Parse every line of a JSON-lines file (fails on a partial line)."""
+    """Parse every line of an OTLP/JSON-lines file (fails on a partial line).
+
+    Each line must also be one whole OTLP export request that protobuf's own JSON parser
+    accepts (with the hex ids of OTLP/JSON turned into protobuf JSON's base64).
+    """
     text = path.read_text(encoding="utf-8")
     assert text.endswith("\n")
-    return [json.loads(line) for line in text.splitlines()]
+    documents = [json.loads(line) for line in text.splitlines()]
+    for document in documents:
+        (signal_key,) = document
+        request_types: dict[str, Any] = {
+            "resourceSpans": ExportTraceServiceRequest,
+            "resourceMetrics": ExportMetricsServiceRequest,
+        }
+        message = request_types[signal_key]()
+        json_format.ParseDict(ids_as_base64(document), message)
+    return documents
+
+
+def ids_as_base64(node: Any) -> Any:
+    """A copy of an OTLP/JSON document whose hex ids are in protobuf JSON's base64."""
+    if isinstance(node, dict):
+        return {
+            key: base64.b64encode(bytes.fromhex(value)).decode()
+            if key in ID_FIELDS
+            else ids_as_base64(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [ids_as_base64(item) for item in node]
+    return node
 
 
 def metric_points(documents: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Series name -> data points of the last metrics export that holds it."""
     found: dict[str, list[dict[str, Any]]] = {}
     for document in documents:
-        for resource_metrics in document.get("resource_metrics", []):
-            for scope_metrics in resource_metrics["scope_metrics"]:
+        for resource_metrics in document.get("resourceMetrics", []):
+            for scope_metrics in resource_metrics["scopeMetrics"]:
                 for metric in scope_metrics["metrics"]:
-                    found[metric["name"]] = metric["data"]["data_points"]
+                    (data,) = [
+                        metric[kind] for kind in ("gauge", "sum", "histogram") if kind in metric
+                    ]
+                    found[metric["name"]] = data["dataPoints"]
     return found
 
 
+def any_value(value: dict[str, Any]) -> Any:
+    """The Python value of an OTLP/JSON AnyValue (int64 arrive as decimal strings)."""
+    ((kind, content),) = value.items()
+    return int(content) if kind == "intValue" else content
+
+
+def attribute_map(key_values: list[dict[str, Any]]) -> dict[str, Any]:
+    """An OTLP/JSON attribute list as {key: value}."""
+    return {item["key"]: any_value(item["value"]) for item in key_values}
+
+
 def spans(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The span objects among the lines (metrics exports have no `name`)."""
-    return [document for document in documents if "name" in document]
+    """Every span of the trace requests among the lines, with its resource's attributes."""
+    return [
+        {**span, "resource": attribute_map(resource_spans["resource"]["attributes"])}
+        for document in documents
+        for resource_spans in document.get("resourceSpans", [])
+        for scope_spans in resource_spans["scopeSpans"]
+        for span in scope_spans["spans"]
+    ]
 
 
 def free_port() -> int:
@@ -133,34 +194,40 @@ def test_console_demo_writes_the_rl_series_as_json_lines(tmp_path: Path) -> None
     result = lens("demo", "--steps", "5", "--interval", "0", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = tmp_path / "lens-demo.jsonl"
-    assert f"writing spans and metrics as JSON lines to {out}" in result.stdout
+    assert f"writing spans and metrics as OTLP/JSON lines to {out}" in result.stdout
     documents = read_json_lines(out)
+    assert f"wrote {len(documents)} OTLP/JSON lines to {out}" in result.stdout
     points = metric_points(documents)
     assert set(points) >= DEMO_NAMES
     steps = list(simulate(5))
     # Gauges keep the last step's value; the counter sums every step.
-    assert points["lens_demo.reward.mean"][0]["value"] == pytest.approx(steps[-1].reward_mean)
+    assert points["lens_demo.reward.mean"][0]["asDouble"] == pytest.approx(steps[-1].reward_mean)
     total = sum(step.tokens_generated for step in steps)
-    assert points["lens_demo.tokens.generated"][0]["value"] == total
+    assert int(points["lens_demo.tokens.generated"][0]["asInt"]) == total
     histogram = points["lens_demo.generation.duration"][0]
-    assert histogram["count"] == sum(len(step.generation_durations_ms) for step in steps)
+    assert int(histogram["count"]) == sum(len(step.generation_durations_ms) for step in steps)
 
 
 def test_console_demo_traces_a_job_with_one_span_per_step(tmp_path: Path) -> None:
-    """The file holds one job span and, under it, a step span per step with its children."""
+    """The file holds one job span and, under it, a step span per step with its children,
+    linked by the hex ids of OTLP/JSON."""
     out = tmp_path / "trace.jsonl"
     result = lens("demo", "--steps", "3", "--interval", "0", "--out", str(out), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     found = spans(read_json_lines(out))
     (job,) = [span for span in found if span["name"] == "rl.job"]
     step_spans = [span for span in found if span["name"] == "rl.step"]
-    assert sorted(span["attributes"]["dl.iteration"] for span in step_spans) == [0, 1, 2]
-    assert {span["parent_id"] for span in step_spans} == {job["context"]["span_id"]}
-    step_ids = {span["context"]["span_id"] for span in step_spans}
+    iterations = [attribute_map(span["attributes"])["dl.iteration"] for span in step_spans]
+    assert sorted(iterations) == [0, 1, 2]
+    assert {span["parentSpanId"] for span in step_spans} == {job["spanId"]}
+    assert {span["traceId"] for span in found} == {job["traceId"]}
+    assert len(job["traceId"]) == 32
+    int(job["traceId"], 16)  # hex, not protobuf JSON's base64
+    step_ids = {span["spanId"] for span in step_spans}
     children = [span for span in found if span["name"] in ("rl.generate", "rl.train")]
     assert len(children) == 6
-    assert {span["parent_id"] for span in children} == step_ids
-    assert job["resource"]["attributes"]["service.name"] == "lens-demo"
+    assert {span["parentSpanId"] for span in children} == step_ids
+    assert job["resource"]["service.name"] == "lens-demo"
 
 
 def test_demo_prints_plain_lines_when_stdout_is_not_a_terminal(tmp_path: Path) -> None:
@@ -332,3 +399,103 @@ def test_bad_options_exit_2_with_one_line(tmp_path: Path, args: list[str], expec
     assert result.stderr.startswith("lens demo: error: ")
     assert expected in result.stderr
     assert not (tmp_path / "lens-demo.jsonl").exists()
+
+
+# --- the live view on a real terminal ------------------------------------------------------
+
+CLEAR_LINE = "\x1b[2K"
+
+
+def demo_on_a_terminal(
+    tmp_path: Path, *, columns: int | None = None, window_columns: int = 0
+) -> str:
+    """Run `lens demo --steps 3` with stdout on a real pseudo-terminal; return what it drew.
+
+    `columns` sets COLUMNS in the child's clean environment; `window_columns` sets the
+    terminal's own window size (0: unset, as a fresh pseudo-terminal has it).
+    """
+    extra = {"TERM": "xterm"}
+    if columns is not None:
+        extra["COLUMNS"] = str(columns)
+    env = clean_env(extra, also_strip=("COLUMNS", "LINES"))
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, window_columns, 0, 0))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nemo.lens.cli", "demo", "--steps", "3", "--interval", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
+    os.close(terminal)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, "the demo did not finish on its terminal"
+            ready, _, _ = select.select([controller], [], [], remaining)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: every writer of the terminal has closed it
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        status = process.wait(timeout=DEADLINE_S)
+        assert process.stderr is not None
+        stderr = process.stderr.read().decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=DEADLINE_S)
+        if process.stderr is not None:
+            process.stderr.close()
+        os.close(controller)
+    assert status == 0, stderr
+    return b"".join(chunks).decode("utf-8").replace("\r\n", "\n")
+
+
+def drawn_lines(output: str) -> list[str]:
+    """The lines the live view drew (each starts by clearing its terminal line)."""
+    return [line.rsplit(CLEAR_LINE, 1)[1] for line in output.split("\n") if CLEAR_LINE in line]
+
+
+def test_live_view_fits_every_line_to_a_narrow_terminal(tmp_path: Path) -> None:
+    """With COLUMNS=46 every redrawn line stays within 45 columns: series names are cut
+    with an ellipsis, values and units are kept."""
+    output = demo_on_a_terminal(tmp_path, columns=46)
+    lines = drawn_lines(output)
+    assert lines, output
+    assert max(len(line) for line in lines) <= 45
+    (tokens_row, *_) = [line for line in lines if line.endswith("{token}")]
+    name, value, _ = tokens_row.split()
+    assert name.endswith("\u2026")
+    assert "lens_demo.tokens.generated".startswith(name.removesuffix("\u2026"))
+    assert value.isdigit()
+    assert any(line.endswith(" ms") for line in lines)
+    last_progress = [line for line in lines if line.startswith("step 3/3")][-1]
+    assert "[" in last_progress  # a shorter bar still fits
+    assert "100%" in last_progress
+    assert "lens demo: finished 3 steps; telemetry flushed" in output
+
+
+def test_live_view_follows_the_terminal_window_width(tmp_path: Path) -> None:
+    """Without COLUMNS the terminal's own width counts: 120 columns show full names and bar."""
+    output = demo_on_a_terminal(tmp_path, window_columns=120)
+    lines = drawn_lines(output)
+    assert any("lens_demo.generation.duration" in line for line in lines)
+    assert not any(line.endswith("\u2026") for line in lines)
+    assert any(f"[{'#' * 30}]" in line for line in lines)
+    assert max(len(line) for line in lines) <= 119
+
+
+def test_a_terminal_below_the_minimum_width_gets_plain_lines(tmp_path: Path) -> None:
+    """Narrower than MIN_LIVE_WIDTH columns, the demo prints plain step lines, no escapes."""
+    output = demo_on_a_terminal(tmp_path, columns=MIN_LIVE_WIDTH - 1)
+    assert "\x1b" not in output
+    step_lines = [line for line in output.split("\n") if line.startswith("step ")]
+    assert [line.split()[1] for line in step_lines] == ["1/3", "2/3", "3/3"]

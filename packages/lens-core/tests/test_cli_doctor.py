@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 from lens_cli import clean_env, run_lens
 
-from nemo.lens._otel_env import otlp_targets, prometheus_address
+from nemo.lens._otel_env import EXPORTER_REQUIREMENTS, otlp_targets, prometheus_address
+from nemo.lens.cli import _doctor
+from nemo.lens.cli._common import distribution_of
+from nemo.lens.config import NemoLensConfig
 
 
 def doctor(
@@ -55,7 +58,10 @@ def test_console_exporter_is_all_well(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout
     assert fail_lines(result.stdout) == []
     assert result.stdout.rstrip().endswith("all well")
-    assert "ok    the console exporter writes JSON lines to stdout" in result.stdout
+    assert (
+        "ok    the console exporter writes OTLP/JSON lines to stdout (traces, metrics); "
+        "no endpoint to reach"
+    ) in result.stdout
 
 
 def test_versions_are_the_installed_distributions() -> None:
@@ -325,9 +331,6 @@ def test_endpoint_check_follows_the_transport_setup_falls_back_to(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With http/protobuf asked for but only gRPC installed, the gRPC port (4317) is checked."""
-    from nemo.lens.cli import _doctor
-    from nemo.lens.config import NemoLensConfig
-
     for signal in ("trace", "metric"):
         monkeypatch.setitem(
             sys.modules, f"opentelemetry.exporter.otlp.proto.http.{signal}_exporter", None
@@ -335,7 +338,314 @@ def test_endpoint_check_follows_the_transport_setup_falls_back_to(
     report = _doctor.Report()
     config = NemoLensConfig(enabled=True, exporter="otlp")
     environ = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
-    _doctor._check_endpoint(report, config, environ, timeout=0.2)
+    by_exporter = _doctor._signal_exporters(report, config, "NEMO_LENS", environ)
+    _doctor._check_endpoints(report, config, by_exporter, environ, timeout=0.2, idle=None)
     (line,) = [line for line in report.lines if "OTLP" in line]
     assert "endpoint http://localhost:4317 (traces, metrics)" in line
     assert "sent over grpc" in line
+
+
+def note_lines(output: str) -> list[str]:
+    """The note lines of a report."""
+    return [line.strip() for line in output.splitlines() if line.strip().startswith("note")]
+
+
+def test_disabled_telemetry_with_an_unreachable_endpoint_is_a_note(closed_port: int) -> None:
+    """While telemetry is disabled, an unreachable collector is a note and the exit is 0."""
+    endpoint = f"http://127.0.0.1:{closed_port}"
+    result = doctor(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
+    assert result.returncode == 0, result.stdout
+    assert fail_lines(result.stdout) == []
+    (line,) = [line for line in note_lines(result.stdout) if "not reachable" in line]
+    assert f"OTLP grpc endpoint {endpoint} (traces, metrics) is not reachable" in line
+    assert line.endswith("(no problem while telemetry is disabled; --strict fails on it)")
+    assert result.stdout.rstrip().endswith("all well")
+
+
+def test_strict_fails_on_an_unreachable_endpoint_while_disabled(closed_port: int) -> None:
+    """--strict keeps an unreachable collector a failure even while telemetry is disabled."""
+    endpoint = f"http://127.0.0.1:{closed_port}"
+    result = doctor("--strict", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
+    assert result.returncode == 1, result.stdout
+    (line,) = fail_lines(result.stdout)
+    assert f"OTLP grpc endpoint {endpoint} (traces, metrics) is not reachable" in line
+    assert "--strict" not in line
+
+
+def test_disabled_telemetry_with_a_taken_prometheus_port_is_a_note(listening_port: int) -> None:
+    """While telemetry is disabled, a Prometheus port in use is a note; --strict fails on it."""
+    env = {"NEMO_LENS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": f"{listening_port}"}
+    relaxed = doctor(env=env)
+    assert relaxed.returncode == 0, relaxed.stdout
+    assert any(
+        f"prometheus cannot serve on 127.0.0.1:{listening_port}" in line
+        for line in note_lines(relaxed.stdout)
+    )
+    strict = doctor("--strict", env=env)
+    assert strict.returncode == 1, strict.stdout
+    (line,) = fail_lines(strict.stdout)
+    assert f"prometheus cannot serve on 127.0.0.1:{listening_port}" in line
+
+
+def test_a_bad_setting_fails_even_while_disabled() -> None:
+    """Only reachability is softened while disabled: an invalid OTLP port still fails."""
+    result = doctor(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:notaport")
+    assert result.returncode == 1, result.stdout
+    (line,) = fail_lines(result.stdout)
+    assert "'http://127.0.0.1:notaport' has an invalid port" in line
+
+
+@pytest.mark.parametrize("value", ["true", " TRUE ", "True"])
+def test_otel_sdk_disabled_says_no_pipeline_is_built(value: str, closed_port: int) -> None:
+    """OTEL_SDK_DISABLED=true (any case): a line says setup builds no pipeline because of it,
+    and an enabled configuration's unreachable collector becomes a note."""
+    result = doctor(
+        NEMO_LENS_ENABLED="1",
+        OTEL_SDK_DISABLED=value,
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port}",
+    )
+    assert result.returncode == 0, result.stdout
+    assert fail_lines(result.stdout) == []
+    assert (
+        "note  OTEL_SDK_DISABLED is true: setup_telemetry builds no pipeline because of it "
+        "(no exporter, no port bound, handle.is_exporting is False); unset it to export"
+    ) in result.stdout
+    (line,) = [line for line in note_lines(result.stdout) if "not reachable" in line]
+    assert line.endswith("(no problem while OTEL_SDK_DISABLED is true; --strict fails on it)")
+
+
+@pytest.mark.parametrize(
+    ("value", "note"),
+    [
+        ("false", None),
+        ("", None),
+        ("yes", "OTEL_SDK_DISABLED='yes' is neither 'true' nor 'false'; read as false"),
+    ],
+)
+def test_otel_sdk_disabled_other_than_true_leaves_the_checks_strict(
+    value: str, note: str | None, closed_port: int
+) -> None:
+    """Any OTEL_SDK_DISABLED value but `true` keeps the SDK on: an enabled configuration's
+    unreachable collector still fails, and a value that is not `false` gets a note."""
+    result = doctor(
+        NEMO_LENS_ENABLED="1",
+        OTEL_SDK_DISABLED=value,
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port}",
+    )
+    assert result.returncode == 1, result.stdout
+    assert "builds no pipeline" not in result.stdout
+    notes = [line for line in note_lines(result.stdout) if "OTEL_SDK_DISABLED" in line]
+    assert len(notes) == (0 if note is None else 1), notes
+    assert all(note is not None and note in line for line in notes)
+
+
+def block_modules(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """Make each module in `names` unimportable for this test, as if not installed."""
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def package_lines(config: NemoLensConfig) -> tuple[list[str], list[str]]:
+    """Run the package check alone for `config`: its lines and the problems it found."""
+    report = _doctor.Report()
+    idle = None if config.enabled else "it is off"
+    _doctor._check_packages(report, [config.exporter], idle)
+    return report.lines, report.problems
+
+
+def test_a_missing_sdk_is_named_once_with_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The console exporter without the SDK names opentelemetry-sdk once, with its extra."""
+    block_modules(monkeypatch, "opentelemetry.sdk")
+    lines, problems = package_lines(NemoLensConfig(enabled=True, exporter="console"))
+    assert lines == [
+        "  FAIL  not installed: opentelemetry-sdk; install it with: pip install 'lens-core[sdk]'"
+    ]
+    assert len(problems) == 1
+
+
+def test_missing_prometheus_packages_are_each_named_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Prometheus without its packages names each distribution once and lens-core[prometheus];
+    while disabled, the same line is a note."""
+    block_modules(
+        monkeypatch, "opentelemetry.sdk", "opentelemetry.exporter.prometheus", "prometheus_client"
+    )
+    lines, problems = package_lines(NemoLensConfig(enabled=False, exporter="prometheus"))
+    assert problems == []
+    (line,) = lines
+    assert line.startswith(
+        "  note  not installed: opentelemetry-sdk, opentelemetry-exporter-prometheus, "
+        "prometheus-client; install it with: pip install 'lens-core[prometheus]'"
+    )
+
+
+def test_otlp_needs_only_one_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One OTLP transport installed is enough; with neither, both are offered as one item."""
+    block_modules(monkeypatch, "opentelemetry.exporter.otlp.proto.http")
+    lines, problems = package_lines(NemoLensConfig(enabled=True, exporter="otlp"))
+    assert (lines, problems) == (["  ok    the SDK and the otlp exporter are installed"], [])
+    block_modules(monkeypatch, "opentelemetry.exporter.otlp.proto.grpc")
+    lines, problems = package_lines(NemoLensConfig(enabled=True, exporter="otlp"))
+    assert problems == [
+        "not installed: one of opentelemetry-exporter-otlp-proto-grpc or "
+        "opentelemetry-exporter-otlp-proto-http; install it with: pip install 'lens-core[sdk]'"
+    ]
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted({module for modules, _ in EXPORTER_REQUIREMENTS.values() for module in modules}),
+)
+def test_each_required_module_names_its_real_distribution(module: str) -> None:
+    """The distribution doctor tells users to get for each required module exists and
+    installs that module (this environment has every extra)."""
+    distribution = metadata.distribution(distribution_of(module))
+    top = module.replace(".", "/")
+    assert any(str(file).startswith(f"{top}/") for file in distribution.files or ())
+
+
+def test_a_closed_pipe_exits_0_without_a_traceback(tmp_path: Path) -> None:
+    """When the reader closes the pipe before the report is written (`lens doctor | head`),
+    doctor exits 0 and prints nothing on stderr."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "nemo.lens.cli", "doctor", "--timeout", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=clean_env({"NEMO_LENS_EXPORTER": "console"}),
+        cwd=tmp_path,
+    ) as process:
+        assert process.stdout is not None
+        process.stdout.close()  # the reader is gone before the child has started
+        try:
+            _, stderr = process.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    assert stderr.decode() == ""
+    assert process.returncode == 0
+
+
+def test_a_head_reading_one_line_gets_it_and_doctor_exits_0(tmp_path: Path) -> None:
+    """`lens doctor | head -1` prints the first line, `versions`; the pipeline (pipefail:
+    doctor's status counts too) exits 0 and nothing reaches stderr."""
+    script = f"set -o pipefail; {sys.executable} -m nemo.lens.cli doctor --timeout 1 | head -1"
+    result = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        env=clean_env({"NEMO_LENS_EXPORTER": "console"}),
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "versions\n", "")
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("trainer:pa55@collector:4317", "trainer:***@collector:4317"),
+        ("'trainer:p@ss@collector:4317'", "'trainer:***@collector:4317'"),
+        ("https://ghp_t0ken@github.example/run", "https://***@github.example/run"),
+        ("repo=https://me:tok@git.example/x,team=ml", "repo=https://me:***@git.example/x,team=ml"),
+        ("owner=me@example.com,team=ml", "owner=me@example.com,team=ml"),
+        ("http://collector:4317", "http://collector:4317"),
+    ],
+)
+def test_hide_secrets_covers_bare_endpoints_and_token_users(text: str, shown: str) -> None:
+    """Passwords of scheme-less endpoints and user names that stand alone (tokens) are hidden;
+    an e-mail address and a URL without credentials are left as they are."""
+    assert _doctor.hide_secrets(text) == shown
+
+
+def test_a_scheme_less_endpoint_password_is_hidden(closed_port: int) -> None:
+    """A gRPC endpoint written without a scheme never shows its password either."""
+    endpoint = f"trainer:pa55w0rd@127.0.0.1:{closed_port}"
+    result = doctor(NEMO_LENS_ENABLED="1", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
+    assert result.returncode == 1, result.stdout
+    assert "pa55w0rd" not in result.stdout
+    assert result.stdout.count(f"trainer:***@127.0.0.1:{closed_port}") == 3
+
+
+def test_a_per_signal_exporter_is_checked_for_its_signal(
+    listening_port: int, closed_port: int
+) -> None:
+    """OTEL_METRICS_EXPORTER=prometheus sends metrics to Prometheus: its port is checked and
+    only traces are checked against the OTLP endpoint."""
+    endpoint = f"http://127.0.0.1:{listening_port}"
+    result = doctor(
+        NEMO_LENS_ENABLED="1",
+        OTEL_METRICS_EXPORTER="prometheus",
+        OTEL_EXPORTER_PROMETHEUS_PORT=str(closed_port),
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+    )
+    assert result.returncode == 0, result.stdout
+    lines = result.stdout.splitlines()
+    assert (
+        "  ok    OTEL_METRICS_EXPORTER='prometheus' sends metrics to prometheus, not to "
+        "NEMO_LENS_EXPORTER's 'otlp'"
+    ) in lines
+    assert "  ok    the SDK and the otlp and prometheus exporters are installed" in lines
+    assert f"  ok    OTLP grpc endpoint {endpoint} (traces) accepts TCP connections" in lines
+    assert f"prometheus can serve http://127.0.0.1:{closed_port}/metrics" in result.stdout
+
+
+def test_signals_turned_off_by_none_are_not_checked(closed_port: int) -> None:
+    """With every enabled signal's exporter `none`, no endpoint is checked: an unreachable
+    collector fails nothing even with telemetry enabled."""
+    result = doctor(
+        NEMO_LENS_ENABLED="1",
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_METRICS_EXPORTER="NONE",
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port}",
+    )
+    assert result.returncode == 0, result.stdout
+    notes = note_lines(result.stdout)
+    assert "note  OTEL_TRACES_EXPORTER=none turns traces off" in notes
+    assert "note  OTEL_METRICS_EXPORTER=none turns metrics off" in notes
+    assert "note  no signal is exported, so no exporter package or endpoint is checked" in notes
+    assert "OTLP grpc endpoint" not in result.stdout
+
+
+def test_a_bad_per_signal_exporter_fails_naming_the_variable() -> None:
+    """An OTEL_TRACES_EXPORTER value setup would refuse is a FAIL naming the variable and the
+    accepted values, whether or not telemetry is enabled."""
+    result = doctor(NEMO_LENS_EXPORTER="console", OTEL_TRACES_EXPORTER="zipkin")
+    assert result.returncode == 1, result.stdout
+    (line,) = fail_lines(result.stdout)
+    assert "Invalid value for OTEL_TRACES_EXPORTER: 'zipkin'; expected one of 'none'" in line
+    assert "console exporter writes OTLP/JSON lines to stdout (metrics)" in result.stdout
+
+
+def test_the_console_path_is_where_the_console_exporter_writes(tmp_path: Path) -> None:
+    """With NEMO_LENS_CONSOLE_PATH set, doctor says the console exporter writes that file."""
+    path = tmp_path / "run.jsonl"
+    result = doctor(NEMO_LENS_EXPORTER="console", NEMO_LENS_CONSOLE_PATH=str(path))
+    assert result.returncode == 0, result.stdout
+    assert f"console exporter writes OTLP/JSON lines to {str(path)!r}" in result.stdout
+
+
+def test_missing_packages_of_two_exporters_name_the_sdk_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Traces over OTLP and metrics to Prometheus without the SDK: one line names
+    opentelemetry-sdk once, then each exporter's packages and both extras."""
+    block_modules(
+        monkeypatch,
+        "opentelemetry.sdk",
+        "opentelemetry.exporter.otlp.proto.grpc",
+        "opentelemetry.exporter.otlp.proto.http",
+        "opentelemetry.exporter.prometheus",
+        "prometheus_client",
+    )
+    report = _doctor.Report()
+    _doctor._check_packages(report, ["otlp", "prometheus"], idle=None)
+    assert report.problems == [
+        "not installed: opentelemetry-sdk, one of opentelemetry-exporter-otlp-proto-grpc or "
+        "opentelemetry-exporter-otlp-proto-http, opentelemetry-exporter-prometheus, "
+        "prometheus-client; install it with: pip install 'lens-core[sdk]'; "
+        "install it with: pip install 'lens-core[prometheus]'"
+    ]

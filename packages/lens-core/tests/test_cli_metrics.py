@@ -12,7 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lens_cli import run_lens as lens
 
-from nemo.lens.cli._metrics import INSTRUMENT_BY_KIND, render_weaver_registry, yaml_quote
+from nemo.lens.cli._metrics import (
+    INSTRUMENT_BY_KIND,
+    render_weaver_registry,
+    yaml_float,
+    yaml_quote,
+)
 from nemo.lens.instruments import MetricSpec
 
 KIND_BY_INSTRUMENT = {instrument: kind for kind, instrument in INSTRUMENT_BY_KIND.items()}
@@ -27,7 +32,9 @@ TRAINER_SPECS = [
         "histogram",
         unit="ms",
         description='Quote " backslash \\ hash # and a\nsecond line\tand a tab',
+        buckets=(1e-05, 0.5, 1, 2.5, 1e20),
     ),
+    MetricSpec("latency", "trainer.latency", "histogram", unit="s"),
     MetricSpec(
         "queue", "trainer/queue-depth", "up_down_counter", unit="1", description="µs — ✓ 🚀 \x00"
     ),
@@ -74,6 +81,7 @@ def specs_from_registry(document: Any) -> dict[str, list[MetricSpec]]:
             KIND_BY_INSTRUMENT[entry["instrument"]],
             unit=entry["unit"],
             description=entry["brief"],
+            buckets=lens.get("explicit_bucket_boundaries"),
         )
         groups.setdefault(lens["group"], []).append(spec)
     return groups
@@ -104,6 +112,7 @@ def test_yaml_uses_weaver_instrument_names(project: Path) -> None:
         "trainer.loss": "gauge",
         "trainer.tokens": "counter",
         "trainer.step.duration": "histogram",
+        "trainer.latency": "histogram",
         "trainer/queue-depth": "updowncounter",
         "trainer.empty": "gauge",
     }
@@ -114,13 +123,35 @@ def test_table_lists_every_spec(project: Path) -> None:
     result = lens("metrics", "--import", "consumer", cwd=project)
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["GROUP", "KEY", "NAME", "KIND", "UNIT", "DESCRIPTION"]
+    assert header.split() == ["GROUP", "KEY", "NAME", "KIND", "UNIT", "BUCKETS", "DESCRIPTION"]
     assert len(rows) == len(TRAINER_SPECS)
     for row, spec in zip(rows, TRAINER_SPECS, strict=True):
         assert row.startswith("trainer: #1")
         for cell in (spec.key, spec.name, spec.kind, spec.unit):
             assert cell in row
     assert "second line and a tab" in rows[2]
+    assert "1e-05, 0.5, 1, 2.5, 1e+20" in rows[2]
+
+
+def test_yaml_carries_buckets_only_for_histograms_that_declare_them(project: Path) -> None:
+    """annotations.lens.explicit_bucket_boundaries lists a histogram's buckets as floats."""
+    result = lens("metrics", "--import", "consumer", "--format", "yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    document = yaml.safe_load(result.stdout)
+    boundaries = {
+        entry["metric_name"]: entry["annotations"]["lens"].get("explicit_bucket_boundaries")
+        for entry in document["groups"]
+    }
+    assert boundaries["trainer.step.duration"] == [1e-05, 0.5, 1.0, 2.5, 1e20]
+    assert all(type(bound) is float for bound in boundaries["trainer.step.duration"])
+    assert boundaries["trainer.latency"] is None
+    assert boundaries["trainer.loss"] is None
+
+
+@pytest.mark.parametrize("bound", [1e20, 1e-05, 3.0, -2.0, 0.1, 1.7976931348623157e308])
+def test_yaml_float_reads_back_as_the_same_float(bound: float) -> None:
+    """yaml_float gives a scalar YAML 1.1 reads as that exact float (`1e+20` would be text)."""
+    assert yaml.safe_load(f"value: {yaml_float(bound)}") == {"value": bound}
 
 
 def test_markdown_is_one_table_with_escaped_pipes(project: Path) -> None:
@@ -130,13 +161,15 @@ def test_markdown_is_one_table_with_escaped_pipes(project: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "| Group | Key | Name | Kind | Unit | Description |"
-    assert lines[1] == "|---|---|---|---|---|---|"
+    assert lines[0] == "| Group | Key | Name | Kind | Unit | Buckets | Description |"
+    assert lines[1] == "|---|---|---|---|---|---|---|"
     # Importing the module registers its "trainer: #1" group first; the callable adds one.
     assert len(lines) == 2 + len(TRAINER_SPECS) + len(ROLLOUT_SPECS)
-    assert lines[2].startswith("| `trainer: #1` | `loss` | `trainer.loss` | `gauge` |  |")
+    assert lines[2].startswith("| `trainer: #1` | `loss` | `trainer.loss` | `gauge` |  |  |")
+    assert "| `histogram` | `ms` | 1e-05, 0.5, 1, 2.5, 1e+20 |" in lines[4]
     assert (
-        lines[-1] == "| `rollouts` | `reward` | `rollout.reward` | `gauge` |  | pipe \\| inside |"
+        lines[-1]
+        == "| `rollouts` | `reward` | `rollout.reward` | `gauge` |  |  | pipe \\| inside |"
     )
 
 
@@ -224,19 +257,30 @@ def test_yaml_quote_reads_back_unchanged(text: str) -> None:
 
 
 _units = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=63)
-_specs = st.builds(
-    MetricSpec,
-    key=st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True).filter(
-        lambda key: key != "attributes"
-    ),
-    name=st.from_regex(r"[A-Za-z][A-Za-z0-9_.\-/]{0,20}", fullmatch=True),
-    kind=st.sampled_from(sorted(INSTRUMENT_BY_KIND)),
-    unit=_units,
-    description=st.text(),
-)
+_bucket_lists = st.lists(
+    st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=6, unique=True
+).map(sorted)
 
 
-@given(st.dictionaries(st.text(min_size=1), st.lists(_specs, min_size=1, max_size=4), max_size=3))
+@st.composite
+def _specs(draw: st.DrawFn) -> MetricSpec:
+    kind = draw(st.sampled_from(sorted(INSTRUMENT_BY_KIND)))
+    buckets = draw(st.none() | _bucket_lists) if kind == "histogram" else None
+    return MetricSpec(
+        draw(
+            st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True).filter(
+                lambda key: key != "attributes"
+            )
+        ),
+        draw(st.from_regex(r"[A-Za-z][A-Za-z0-9_.\-/]{0,20}", fullmatch=True)),
+        kind,
+        unit=draw(_units),
+        description=draw(st.text()),
+        buckets=buckets,
+    )
+
+
+@given(st.dictionaries(st.text(min_size=1), st.lists(_specs(), min_size=1, max_size=4), max_size=3))
 def test_registry_yaml_round_trips_any_declaration(groups: dict[str, list[MetricSpec]]) -> None:
     """Whatever the specs hold, the registry YAML rebuilds them exactly."""
     document = yaml.safe_load(render_weaver_registry(groups))

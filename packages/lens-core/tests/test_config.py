@@ -65,6 +65,8 @@ def test_defaults_match_the_spec() -> None:
     assert config.user == ""
     assert config.wandb_entity == ""
     assert config.wandb_project == ""
+    assert config.console_path == ""
+    assert config.metric_cardinality_limit == 0
     assert config._span_group_cls is None
 
 
@@ -87,6 +89,8 @@ def test_fields_are_declared_in_spec_order_and_class_is_hidden_from_repr() -> No
         "user",
         "wandb_entity",
         "wandb_project",
+        "console_path",
+        "metric_cardinality_limit",
         "_span_group_cls",
     ]
     config = NemoLensConfig(_span_group_cls=TrainerSpanGroup)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,18 +14,9 @@ from opentelemetry import context as otel_context
 from opentelemetry.propagators.textmap import TextMapPropagator
 
 from nemo.lens.contrib.nccl import deserialize_context, extract_nccl_context, serialize_context
-from nemo.lens.testing import InMemorySpans, in_memory_spans
+from nemo.lens.testing import InMemorySpans
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpans]:
-    """An in-memory SDK pipeline for the sending side's spans."""
-    pytest.importorskip("opentelemetry.sdk.trace")
-    pipeline = in_memory_spans()
-    yield pipeline
-    pipeline.shutdown()
 
 
 def test_no_active_span_serializes_an_empty_object() -> None:

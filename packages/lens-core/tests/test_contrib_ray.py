@@ -36,15 +36,6 @@ def carried(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpans]:
-    """An in-memory SDK pipeline whose tracer the wrapped methods are given."""
-    pytest.importorskip("opentelemetry.sdk.trace")
-    pipeline = in_memory_spans()
-    yield pipeline
-    pipeline.shutdown()
-
-
-@pytest.fixture
 def bare_process() -> Iterator[None]:
     """No provider installed: OpenTelemetry's API default applies, as in a fresh Ray worker."""
     with isolated_telemetry():

@@ -6,6 +6,7 @@ The real two-rank broadcast is in test_distributed_torch.py (integration marker)
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -46,14 +47,6 @@ UNDECODABLE = os.fsdecode(b"stage-\xff")
 def _isolated() -> Iterator[None]:
     with isolated_telemetry(clear_span_registry=True):
         yield
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpans]:
-    pytest.importorskip("opentelemetry.sdk.trace")
-    pipeline = in_memory_spans()
-    yield pipeline
-    pipeline.shutdown()
 
 
 def links_of(span: Any) -> list[tuple[int, int]]:
@@ -431,3 +424,15 @@ def test_a_failing_tracer_gives_a_non_recording_span(caplog: pytest.LogCaptureFi
     first.end()  # ending it, as callers do, is harmless
     assert len(caplog.records) == 1
     assert "tracer broke" in caplog.records[0].getMessage()
+
+
+def test_create_linked_span_runtime_signature_is_unchanged_by_its_typing() -> None:
+    """The static-signature decorator hands back the function itself, signature and all."""
+    function: Any = create_linked_span
+    assert str(inspect.signature(function)) == (
+        "(tracer: 'Tracer | None', name: 'str', "
+        "remote_context: 'Context | SpanContext | None' = None, "
+        "remote_carrier: 'Mapping[str, str] | None' = None, **attributes: 'object') -> 'Span'"
+    )
+    assert function.__qualname__ == "create_linked_span"
+    assert not hasattr(function, "__wrapped__")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Iterable, Iterator, Mapping
 from typing import ClassVar
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from lens_children import run_child
 
 from nemo.lens import SpanGroup, SpanRegistry, set_enabled_span_groups
 from nemo.lens.groups import strict_resolver_for
@@ -121,6 +123,79 @@ def test_resolve_names_the_unknown_part_and_lists_valid_options() -> None:
     assert str(info.value) == f"Unknown span group or preset: 'per_stp'. Valid options: {valid}"
 
 
+CHILD_TIMEOUT_S = 60
+
+# A consumer's config from the environment, then setup: the strict error reaches stdout.
+STRICT_SETUP_CHILD = """\
+from nemo.lens import NemoLensConfig, SpanGroup, setup_telemetry
+config = NemoLensConfig.from_env(prefix="NEMO_RL_OTEL", fallback_prefix="NEMO_LENS",
+                                 span_group_cls=SpanGroup)
+try:
+    setup_telemetry(config)
+except ValueError as exc:
+    print(exc)
+"""
+
+
+def span_groups_free_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drop every inherited `*_SPAN_GROUPS` and lens prefix variable for a child to start clean."""
+    for name in list(os.environ):
+        if name.endswith("_SPAN_GROUPS") or name.startswith(("NEMO_LENS_", "NEMO_RL_OTEL_")):
+            monkeypatch.delenv(name)
+
+
+def test_strict_error_names_the_environment_variable_the_spec_came_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """from_env + setup: the unknown-part error names `NEMO_RL_OTEL_SPAN_GROUPS` and its value."""
+    span_groups_free_environment(monkeypatch)
+    run = run_child(
+        STRICT_SETUP_CHILD,
+        {"NEMO_RL_OTEL_ENABLED": "true", "NEMO_RL_OTEL_SPAN_GROUPS": "default, Per_Stp"},
+        CHILD_TIMEOUT_S,
+    )
+    assert (run.returncode, run.timed_out) == (0, False), run.stderr
+    valid = sorted(BASE | {"default", "per_step", "all"})
+    assert run.stdout.strip() == (
+        f"Unknown span group or preset: 'per_stp'. Valid options: {valid} (span_groups comes "
+        "from the environment variable NEMO_RL_OTEL_SPAN_GROUPS='default, Per_Stp')"
+    )
+
+
+def test_strict_error_names_the_fallback_prefix_variable_when_that_one_was_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With only `NEMO_LENS_SPAN_GROUPS` set, the error names that variable."""
+    span_groups_free_environment(monkeypatch)
+    run = run_child(
+        STRICT_SETUP_CHILD,
+        {"NEMO_RL_OTEL_ENABLED": "true", "NEMO_LENS_SPAN_GROUPS": "stepp"},
+        CHILD_TIMEOUT_S,
+    )
+    assert (run.returncode, run.timed_out) == (0, False), run.stderr
+    assert "'stepp'" in run.stdout
+    assert "environment variable NEMO_LENS_SPAN_GROUPS='stepp')" in run.stdout
+    assert "NEMO_RL_OTEL_SPAN_GROUPS" not in run.stdout
+
+
+def test_strict_error_for_a_spec_set_in_code_names_no_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spec assigned in code (an unrelated variable set) keeps the plain message."""
+    span_groups_free_environment(monkeypatch)
+    program = STRICT_SETUP_CHILD.replace("try:", 'config.span_groups = "optimiser"\ntry:', 1)
+    run = run_child(
+        program,
+        {"NEMO_RL_OTEL_ENABLED": "true", "NEMO_RL_OTEL_SPAN_GROUPS": "default"},
+        CHILD_TIMEOUT_S,
+    )
+    assert (run.returncode, run.timed_out) == (0, False), run.stderr
+    valid = sorted(BASE | {"default", "per_step", "all"})
+    assert run.stdout.strip() == (
+        f"Unknown span group or preset: 'optimiser'. Valid options: {valid}"
+    )
+
+
 def test_resolve_refuses_a_non_string_spec() -> None:
     """A spec that is not a string is a TypeError naming the type."""
     with pytest.raises(TypeError, match=r"must be a comma-separated string.*list"):
@@ -136,6 +211,116 @@ def test_subclass_tables_replace_the_base_ones() -> None:
         MegatronSpanGroup.resolve("optimizer")
     with pytest.raises(ValueError, match="'iteration'"):
         SpanGroup.resolve("iteration")
+
+
+class TrainerSpanGroup(SpanGroup):
+    """A subclass written the public way: its groups plus EXTRA_PRESETS."""
+
+    ROLLOUT = "rollout"
+    ALL_GROUPS: ClassVar[frozenset[str]] = SpanGroup.ALL_GROUPS | {ROLLOUT}
+    EXTRA_PRESETS: ClassVar[Mapping[str, Iterable[str]]] = {
+        "rollouts": {ROLLOUT},
+        "Default": ["job", ROLLOUT],
+    }
+
+
+def test_extra_presets_add_to_and_override_the_parent_presets() -> None:
+    """EXTRA_PRESETS adds `rollouts`, replaces `default`, keeps `per_step`; `all` is ALL_GROUPS."""
+    assert TrainerSpanGroup.presets() == {
+        "default": frozenset({"job", "rollout"}),
+        "per_step": frozenset(BASE),
+        "rollouts": frozenset({"rollout"}),
+        "all": BASE | {"rollout"},
+    }
+    assert TrainerSpanGroup.resolve("all") == TrainerSpanGroup.ALL_GROUPS
+    assert TrainerSpanGroup.resolve("rollouts, step") == {"rollout", "step"}
+    assert SpanGroup.presets() == {
+        "default": frozenset({"job", "checkpoint", "evaluate"}),
+        "per_step": frozenset(BASE),
+        "all": frozenset(BASE),
+    }
+
+
+def test_a_subclass_of_a_subclass_inherits_its_extra_presets() -> None:
+    """A grandchild starts from its parent's table, with `all` as its own ALL_GROUPS."""
+
+    class EvalSpanGroup(TrainerSpanGroup):
+        JUDGE = "judge"
+        ALL_GROUPS: ClassVar[frozenset[str]] = TrainerSpanGroup.ALL_GROUPS | {JUDGE}
+        EXTRA_PRESETS: ClassVar[Mapping[str, Iterable[str]]] = {"judging": [JUDGE]}
+
+    assert EvalSpanGroup.resolve("rollouts,judging") == {"rollout", "judge"}
+    assert EvalSpanGroup.resolve("all") == BASE | {"rollout", "judge"}
+    assert EvalSpanGroup.resolve("default") == {"job", "rollout"}
+    assert "judging" not in TrainerSpanGroup.presets()
+
+
+def test_a_subclass_declaring_only_its_groups_gets_all_as_its_groups() -> None:
+    """Without a preset table of its own, `all` still means the subclass's ALL_GROUPS."""
+
+    class WiderSpanGroup(SpanGroup):
+        ALL_GROUPS: ClassVar[frozenset[str]] = SpanGroup.ALL_GROUPS | {"verify"}
+
+    assert WiderSpanGroup.resolve("all") == BASE | {"verify"}
+    assert WiderSpanGroup._PRESETS is not SpanGroup._PRESETS
+    assert SpanGroup.resolve("all") == BASE
+
+
+def test_the_older_contract_keeps_the_table_as_written() -> None:
+    """A subclass that sets `_PRESETS` keeps that very dict, nothing merged or checked."""
+    assert GymSpanGroup._PRESETS == {**SpanGroup._PRESETS, "all": GymSpanGroup.ALL_GROUPS}
+    assert MegatronSpanGroup.presets() == {
+        "default": frozenset({"job"}),
+        "all": MegatronSpanGroup.ALL_GROUPS,
+    }
+    assert "per_step" not in MegatronSpanGroup.presets()
+
+
+def test_presets_returns_a_copy() -> None:
+    """Changing what presets() returned changes nothing the resolver reads."""
+    table = TrainerSpanGroup.presets()
+    table["rollouts"] = frozenset({"job"})
+    assert TrainerSpanGroup.resolve("rollouts") == {"rollout"}
+
+
+def test_an_extra_preset_naming_an_unknown_group_fails_at_class_creation() -> None:
+    """The error names the class, the attribute, the preset, the bad member and the groups."""
+    with pytest.raises(ValueError, match=r"^BadSpanGroup\.EXTRA_PRESETS\['fast'\] names") as info:
+
+        class BadSpanGroup(SpanGroup):
+            EXTRA_PRESETS: ClassVar[Mapping[str, Iterable[str]]] = {"fast": ["step", "rolout"]}
+
+    assert "['rolout']" in str(info.value)
+    assert str(sorted(BASE)) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "error", "pattern"),
+    [
+        ({"all": ["job"]}, ValueError, r"may not be named 'all'"),
+        ({" ": ["job"]}, ValueError, r"preset name must be a non-empty string, got ' '"),
+        ({"fast": "job"}, TypeError, r"\['fast'\] must be an iterable of group names, got str"),
+        ([("fast", ["job"])], TypeError, r"must be a mapping of preset name -> group names"),
+    ],
+)
+def test_malformed_extra_presets_fail_at_class_creation(
+    extra: object, error: type[Exception], pattern: str
+) -> None:
+    """A preset named `all`, a blank name, a bare-string member list or a non-mapping raise."""
+    with pytest.raises(error, match=pattern):
+        type("Bad", (SpanGroup,), {"EXTRA_PRESETS": extra})
+
+
+def test_setting_both_preset_attributes_fails_at_class_creation() -> None:
+    """EXTRA_PRESETS and _PRESETS in one class body is a TypeError naming both."""
+    with pytest.raises(TypeError, match=r"^Both: set EXTRA_PRESETS .* or _PRESETS .*not both"):
+        type("Both", (SpanGroup,), {"EXTRA_PRESETS": {}, "_PRESETS": {}})
+
+
+def test_all_groups_that_are_not_a_set_fail_at_class_creation() -> None:
+    """ALL_GROUPS given as a list is a TypeError naming the attribute."""
+    with pytest.raises(TypeError, match=r"^ListSpanGroup\.ALL_GROUPS must be a frozenset"):
+        type("ListSpanGroup", (SpanGroup,), {"ALL_GROUPS": ["job"]})
 
 
 def test_subclass_resolve_intersected_with_base_groups() -> None:

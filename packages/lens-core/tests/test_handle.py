@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -10,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 
+import lens_otlp_json
 import pytest
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -20,6 +20,7 @@ from opentelemetry.trace import StatusCode
 
 from nemo.lens import NemoLensConfig, TelemetryHandle, setup_telemetry
 from nemo.lens.testing import in_memory_spans, isolated_telemetry
+from nemo.lens.version import __version__
 
 
 @pytest.fixture(autouse=True)
@@ -231,15 +232,55 @@ def test_shutdown_from_an_atexit_handler_flushes_without_error() -> None:
     assert result.returncode == 0, result.stderr
     assert "Exception" not in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
-    values = [
-        point["value"]
-        for line in result.stdout.splitlines()
-        if line.startswith("{")
-        for resource_metrics in json.loads(line)["resource_metrics"]
-        for scope in resource_metrics["scope_metrics"]
-        for metric in scope["metrics"]
-        if metric["name"] == "exit.count"
-        for point in metric["data"]["data_points"]
-    ]
+    values = lens_otlp_json.metric_values(result.stdout, "exit.count")
     assert values
     assert values[-1] == 5
+
+
+def _metric_scopes(reader: InMemoryMetricReader) -> dict[str, str | None]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    return {
+        scope.scope.name: scope.scope.version
+        for resource_metrics in data.resource_metrics
+        for scope in resource_metrics.scope_metrics
+    }
+
+
+def test_get_meter_and_get_tracer_give_the_callers_scope_on_the_setups_providers() -> None:
+    """handle.get_meter/get_tracer(name, version): the framework's scope, this setup's export."""
+    reader = InMemoryMetricReader()
+    spans = InMemorySpanExporter()
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True), span_exporter=spans, metric_reader=reader
+    )
+    handle.get_meter("megatron.core", "0.9.0").create_counter("mcore.steps").add(1)
+    handle.get_meter("no.version").create_counter("plain.steps").add(1)
+    handle.meter.create_counter("lens.steps").add(1)
+    with handle.get_tracer("nemo_rl.algorithms", "1.2").start_as_current_span("framework"):
+        pass
+    with handle.tracer.start_as_current_span("lens"):
+        pass
+    scopes = _metric_scopes(reader)
+    assert scopes["megatron.core"] == "0.9.0"
+    assert not scopes["no.version"]
+    assert scopes["nemo.lens"] == __version__
+    handle.shutdown(timeout_ms=2000)
+    by_name = {span.name: span.instrumentation_scope for span in spans.get_finished_spans()}
+    framework, lens = by_name["framework"], by_name["lens"]
+    assert framework is not None
+    assert lens is not None
+    assert (framework.name, framework.version) == ("nemo_rl.algorithms", "1.2")
+    assert (lens.name, lens.version) == ("nemo.lens", __version__)
+
+
+def test_a_no_op_handle_gives_no_op_meters_and_tracers_under_any_scope() -> None:
+    """A disabled setup's get_meter/get_tracer are no-ops: nothing reaches any provider."""
+    handle = setup_telemetry(NemoLensConfig(enabled=False))
+    meter = handle.get_meter("framework", "1.0")
+    tracer = handle.get_tracer("framework", "1.0")
+    assert isinstance(meter, metrics.NoOpMeter)
+    assert isinstance(tracer, trace.NoOpTracer)
+    meter.create_counter("framework.steps").add(1)
+    with tracer.start_as_current_span("nothing") as span:
+        assert not span.get_span_context().is_valid

@@ -40,13 +40,6 @@ def _fresh_span_state() -> Iterator[None]:
     reset_span_state(clear_registry=True)
 
 
-@pytest.fixture
-def spans() -> Iterator[InMemorySpans]:
-    pipeline = in_memory_spans()
-    yield pipeline
-    pipeline.provider.shutdown()
-
-
 def enable(*groups: str) -> None:
     set_enabled_span_groups(frozenset(groups))
 
@@ -370,7 +363,7 @@ def test_a_broken_tracer_degrades_to_none(caplog: pytest.LogCaptureFixture) -> N
     ran = []
     with caplog.at_level(logging.WARNING, logger="nemo.lens.helpers"):
         for _ in range(2):
-            with managed_span("step", "s", tracer=FailingTracer()) as span:  # type: ignore[arg-type]
+            with managed_span("step", "s", tracer=FailingTracer()) as span:
                 ran.append(span)
     assert ran == [None, None]
     assert len(caplog.records) == 1
@@ -743,3 +736,28 @@ def test_trace_fn_with_a_broken_tracer_still_calls(caplog: pytest.LogCaptureFixt
     with caplog.at_level(logging.WARNING, logger="nemo.lens.helpers"):
         assert wrapped(1, 2) == (1, 2)
     assert "tracer is broken" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("function", "expected"),
+    [
+        (
+            managed_span,
+            "(group: 'str', name: 'str', tracer: 'Tracer | None' = None, "
+            "**attributes: 'object') -> 'AbstractContextManager[Span | None]'",
+        ),
+        (
+            span_cm,
+            "(name: 'str', tracer: 'Tracer | None' = None, record_exception: 'bool' = True, "
+            "**attributes: 'object') -> 'AbstractContextManager[Span]'",
+        ),
+    ],
+)
+def test_typing_signatures_leave_the_runtime_function_unchanged(
+    function: Any, expected: str
+) -> None:
+    """The static-signature decorator hands back the function itself: name, module, signature."""
+    assert str(inspect.signature(function)) == expected
+    assert function.__module__ == "nemo.lens.helpers"
+    assert function.__qualname__ == function.__code__.co_name
+    assert not hasattr(function, "__wrapped__")

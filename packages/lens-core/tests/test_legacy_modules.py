@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import json
 import pathlib
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -107,7 +108,10 @@ def test_a_declared_name_is_served_from_the_shims_module(distribute: Distribute)
     assert legacy.VALUE == 2
     assert not hasattr(legacy, "NOT_EXPORTED")
     assert legacy.__spec__ is not None
+    assert legacy.__spec__.name == name
     assert legacy.__spec__.origin == str(root / "lens_throwaway_served" / "legacy.py")
+    assert legacy.__spec__.has_location is True
+    assert legacy.__spec__.submodule_search_locations is None  # a module, not a package
     assert legacy.__file__ == legacy.__spec__.origin
     assert nemo.lens.instruments.throwaway_served is legacy  # type: ignore[attr-defined]  # served at run time
 
@@ -141,6 +145,73 @@ def test_only_names_below_nemo_lens_are_served(distribute: Distribute, name: str
 
     assert name not in legacy_module_targets()
     assert LegacyModuleFinder.find_spec(name) is None
+
+
+NEAR = "nemo.lens.instruments.throwaway_near"
+
+
+def _distribute_near(distribute: Distribute) -> None:
+    """Declare NEAR, served from lens_throwaway_near.legacy."""
+    distribute(
+        "lens-throwaway-near",
+        {NEAR: "lens_throwaway_near.legacy"},
+        {"lens_throwaway_near/__init__.py": "", "lens_throwaway_near/legacy.py": LEGACY_SOURCE},
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nemo.lens",
+        "nemo.lens.instruments",
+        f"{NEAR}_v2",
+        f"{NEAR}.extra",
+        "throwaway_near",
+        "lens_throwaway_near.legacy",
+    ],
+)
+def test_the_finder_answers_only_for_declared_names(distribute: Distribute, name: str) -> None:
+    """Names above, beside or below a declared legacy name, its last part alone and the
+    module serving it are left to the other finders."""
+    _distribute_near(distribute)
+
+    assert LegacyModuleFinder.find_spec(name) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (f"{NEAR}_v2", f"No module named '{NEAR}_v2'"),
+        (f"{NEAR}.extra", f"No module named '{NEAR}.extra'; '{NEAR}' is not a package"),
+    ],
+)
+def test_a_name_beside_or_below_a_legacy_module_fails_as_module_not_found(
+    distribute: Distribute, name: str, message: str
+) -> None:
+    """Importing a name next to or below a served legacy module fails the normal way."""
+    _distribute_near(distribute)
+
+    with pytest.raises(ModuleNotFoundError, match=re.escape(message)) as raised:
+        importlib.import_module(name)
+
+    assert raised.value.name == name
+    assert name not in sys.modules
+
+
+def test_reloading_a_legacy_module_refills_the_same_module(distribute: Distribute) -> None:
+    """importlib.reload finds the legacy spec again and refills the same module object with
+    the serving module's names."""
+    _distribute_near(distribute)
+    legacy = importlib.import_module(NEAR)
+
+    reloaded = importlib.reload(legacy)
+
+    assert reloaded is legacy
+    assert (
+        reloaded.record_throwaway
+        is importlib.import_module("lens_throwaway_near.legacy").record_throwaway
+    )
+    assert reloaded.__all__ == ["VALUE", "record_throwaway"]
 
 
 def test_a_module_lens_core_ships_always_wins(

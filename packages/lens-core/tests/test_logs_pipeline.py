@@ -101,7 +101,8 @@ def test_the_logs_protocol_variable_chooses_the_logs_transport(
 
 
 def test_console_writes_one_json_object_per_record(capsys: pytest.CaptureFixture[str]) -> None:
-    """exporter='console': each record is one compact JSON line on stdout."""
+    """exporter='console': the records leave as OTLP/JSON on stdout, one compact
+    ExportLogsServiceRequest per line."""
     config = logs_config("console")
     config.traces_enabled = False
     handle = setup_telemetry(config, _allow_reinit=True)
@@ -109,9 +110,15 @@ def test_console_writes_one_json_object_per_record(capsys: pytest.CaptureFixture
     logging.getLogger(LOGGER_NAME).error("to the console")
     handle.shutdown(timeout_ms=10000)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-    records = [json.loads(line) for line in lines]
-    assert [record["body"] for record in records] == ["to the console"]
-    assert records[0]["severity_text"] == "ERROR"
+    records = [
+        record
+        for request in (json.loads(line) for line in lines)
+        for resource_logs in request["resourceLogs"]
+        for scope_logs in resource_logs["scopeLogs"]
+        for record in scope_logs["logRecords"]
+    ]
+    assert [record["body"]["stringValue"] for record in records] == ["to the console"]
+    assert records[0]["severityText"] == "ERROR"
 
 
 def test_prometheus_without_a_logs_endpoint_builds_no_logger_provider(

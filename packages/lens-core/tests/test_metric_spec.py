@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+from fractions import Fraction
+from typing import Any
 
 import pytest
 
@@ -111,3 +114,99 @@ def test_a_description_that_cannot_be_encoded_is_refused() -> None:
     with pytest.raises(ValueError, match=r"MetricSpec\.description .* lone surrogates"):
         MetricSpec("loss", "train.loss", description="from shard-\udcff")
     assert MetricSpec("loss", "train.loss", description="naïve ✓").description == "naïve ✓"
+
+
+def test_buckets_default_to_none() -> None:
+    """A spec without buckets keeps None, which leaves the SDK's default boundaries."""
+    assert MetricSpec("t", "rl.t", "histogram").buckets is None
+
+
+def test_buckets_are_stored_as_a_tuple_of_floats() -> None:
+    """Any sequence of increasing ints and floats becomes a tuple of floats."""
+    # Any numbers.Real is accepted at run time (numpy scalars, Fraction), beyond the hint.
+    mixed: list[Any] = [1, 2.5, Fraction(10)]
+    spec = MetricSpec("t", "rl.t", "histogram", unit="ms", buckets=mixed)
+    assert spec.buckets == (1.0, 2.5, 10.0)
+    assert type(spec.buckets) is tuple
+    assert all(type(bound) is float for bound in spec.buckets)
+
+
+def test_buckets_keep_a_spec_hashable_and_equal_by_value() -> None:
+    """Specs with the same buckets, passed as list or tuple, are equal and hash alike."""
+    first = MetricSpec("t", "rl.t", "histogram", buckets=[1, 5])
+    second = MetricSpec("t", "rl.t", "histogram", buckets=(1.0, 5.0))
+    assert first == second
+    assert {first, second} == {first}
+    assert first != MetricSpec("t", "rl.t", "histogram", buckets=(1, 6))
+
+
+def test_buckets_are_keyword_only() -> None:
+    """buckets cannot be passed positionally, so the existing positional order stays."""
+    with pytest.raises(TypeError):
+        MetricSpec("t", "rl.t", "histogram", "ms", "", (1, 2))  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("kind", ["gauge", "counter", "up_down_counter"])
+def test_buckets_are_refused_for_kinds_other_than_histogram(kind: str) -> None:
+    """Buckets on a non-histogram are a ValueError naming buckets, the kind and histogram."""
+    with pytest.raises(LensError, match=rf"MetricSpec\.buckets .*histogram.*{kind!r}") as caught:
+        MetricSpec("k", "n", kind, buckets=(1, 2))
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("buckets", "message"),
+    [
+        ((), r"MetricSpec\.buckets \(\) is empty"),
+        ((1, 1), r"MetricSpec\.buckets\[1\] 1 is not greater than buckets\[0\] 1\.0"),
+        ((5, 2), r"MetricSpec\.buckets\[1\] 2 is not greater than buckets\[0\] 5\.0"),
+        ((1, math.nan), r"MetricSpec\.buckets\[1\] nan is not finite"),
+        ((-math.inf, 0), r"MetricSpec\.buckets\[0\] -inf is not finite"),
+        ((1, 2, math.inf), r"MetricSpec\.buckets\[2\] inf is not finite"),
+        ((10**400,), r"MetricSpec\.buckets\[0\] 1000.*\.\.\. is not accepted"),
+    ],
+)
+def test_bad_bucket_values_are_value_errors(buckets: tuple[float, ...], message: str) -> None:
+    """Empty, non-increasing or non-finite buckets fail naming the index and what is accepted."""
+    with pytest.raises(LensError, match=message) as caught:
+        MetricSpec("t", "rl.t", "histogram", buckets=buckets)
+    assert isinstance(caught.value, ValueError)
+    assert "strictly increasing finite numbers" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("buckets", "message"),
+    [
+        ("1,5,10", r"MetricSpec\.buckets must be .*; got str"),
+        ({1, 5}, r"MetricSpec\.buckets must be .*; got set"),
+        (iter([1, 5]), r"MetricSpec\.buckets must be .*; got list_iterator"),
+        (5, r"MetricSpec\.buckets must be .*; got int"),
+        ((1, True), r"MetricSpec\.buckets\[1\] True \(bool\) is not accepted"),
+        ((1, "5"), r"MetricSpec\.buckets\[1\] '5' \(str\) is not accepted"),
+        ((1, None), r"MetricSpec\.buckets\[1\] None \(NoneType\) is not accepted"),
+        ((1, 2j), r"MetricSpec\.buckets\[1\] 2j \(complex\) is not accepted"),
+    ],
+)
+def test_bad_bucket_types_are_type_errors(buckets: object, message: str) -> None:
+    """A non-sequence, or an item that is not a real number (bool included), is a TypeError."""
+    with pytest.raises(LensError, match=message) as caught:
+        MetricSpec("t", "rl.t", "histogram", buckets=buckets)  # type: ignore[arg-type]
+    assert isinstance(caught.value, TypeError)
+    assert "not bool" in str(caught.value)
+
+
+def test_negative_and_fractional_buckets_are_accepted() -> None:
+    """Any strictly increasing finite boundaries are valid, below zero included."""
+    spec = MetricSpec("t", "rl.t", "histogram", buckets=(-1, 0, 1e-9, 0.5, 1e300))
+    assert spec.buckets == (-1.0, 0.0, 1e-9, 0.5, 1e300)
+
+
+def test_a_bucket_whose_repr_fails_still_gets_a_clear_error() -> None:
+    """An item with a failing __repr__ is named by its type, and the error is still a TypeError."""
+
+    class Opaque:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    with pytest.raises(TypeError, match=r"buckets\[0\] <Opaque with a failing repr> \(Opaque\)"):
+        MetricSpec("t", "rl.t", "histogram", buckets=[Opaque()])  # type: ignore[list-item]

@@ -211,12 +211,13 @@ try:
     handle = setup_telemetry(NemoLensConfig(enabled=True, exporter="otlp"))
 except Exception as exc:
     outcome["error"] = [type(exc).__name__, isinstance(exc, LensValueError), str(exc)]
-else:
-    handle.shutdown(timeout_ms=500)
 outcome["globals_untouched"] = isinstance(
     trace.get_tracer_provider(), trace.ProxyTracerProvider
 ) and isinstance(metrics.get_meter_provider(), ProxyMeterProvider)
+# Read before shutdown, which frees the guard again.
 outcome["initialized"] = nemo.lens.handle._INITIALIZED
+if outcome["error"] is None:
+    handle.shutdown(timeout_ms=500)
 print(json.dumps(outcome))
 sys.stdout.flush()
 os._exit(0)

@@ -10,7 +10,7 @@ from lens_spans import one
 
 import nemo.lens
 from nemo.lens.propagation import extract_context, inject_context, install_w3c_propagator
-from nemo.lens.testing import InMemorySpans, in_memory_spans, reset_span_state
+from nemo.lens.testing import InMemorySpans, reset_span_state
 
 pytest.importorskip("opentelemetry.sdk.trace")
 
@@ -28,13 +28,6 @@ def _fresh_state_and_propagator() -> Iterator[None]:
     yield
     propagate.set_global_textmap(saved)
     reset_span_state(clear_registry=True)
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpans]:
-    pipeline = in_memory_spans()
-    yield pipeline
-    pipeline.provider.shutdown()
 
 
 def test_root_re_exports() -> None:

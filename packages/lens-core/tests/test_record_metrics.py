@@ -22,6 +22,7 @@ from nemo.lens import (
     register_metric_group,
     unregister_metric_group,
 )
+from nemo.lens.instruments import _record as record_module
 from nemo.lens.instruments import _registry
 from nemo.lens.testing import InMemoryMetrics, in_memory_metrics
 
@@ -687,3 +688,58 @@ def test_an_attribute_whose_hash_fails_costs_no_value(rl: InMemoryMetrics) -> No
     assert value_of(rl, "rl.tokens") == 3
     (point,) = rl.points("rl.reward.mean")
     assert dict(point.attributes) == {"role": "policy", "node": "n1"}
+
+
+# --- histogram buckets ------------------------------------------------------------------
+
+BUCKETED_SPECS = [
+    MetricSpec("step_ms", "trainer.step.duration", "histogram", unit="ms", buckets=(1, 10, 100)),
+    MetricSpec("loss", "trainer.loss", "gauge"),
+]
+
+
+class OldSignatureMeter:
+    """A meter wrapper written against the pre-1.30 API: create_histogram takes no advisory."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._real, attribute)
+
+    def create_histogram(self, name: str, unit: str = "", description: str = "") -> Any:
+        return self._real.create_histogram(name, unit=unit, description=description)
+
+
+def test_a_bucketed_histogram_records_without_warnings(
+    pipeline: InMemoryMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A histogram with buckets records each value, with no warning, on any API release."""
+    register_metric_group("trainer", BUCKETED_SPECS)
+    counting = CountingMeter(pipeline.meter)
+    with caplog.at_level(logging.WARNING):
+        for step in range(3):
+            record_metrics(counting, "trainer", step_ms=5 + step, loss=0.5)
+    assert value_of(pipeline, "trainer.step.duration") == (3, 18)
+    assert counting.creates["trainer.step.duration"] == 1
+    assert warnings_from(caplog) == []
+
+
+@pytest.mark.skipif(
+    not record_module.API_HAS_BUCKET_ADVISORY, reason="the API has no advisory boundaries"
+)
+def test_a_meter_refusing_the_advisory_still_records_the_histogram_and_warns_once(
+    pipeline: InMemoryMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A meter whose create_histogram rejects the advisory keeps the key, default buckets."""
+    register_metric_group("trainer", BUCKETED_SPECS)
+    meter = OldSignatureMeter(pipeline.meter)
+    with caplog.at_level(logging.WARNING):
+        record_metrics(meter, "trainer", step_ms=5, loss=0.5)
+        record_metrics(meter, "trainer", step_ms=7, loss=0.5)
+    (point,) = pipeline.points("trainer.step.duration")
+    assert (point.count, point.sum) == (2, 12)
+    assert tuple(point.explicit_bounds) != (1.0, 10.0, 100.0)
+    (message,) = warnings_from(caplog)
+    assert "rejected the buckets of key 'step_ms' of group 'trainer'" in message
+    assert "default boundaries" in message

@@ -26,7 +26,7 @@ from nemo.lens import (
     span_cm,
 )
 from nemo.lens.helpers import REDACTED, is_secret_key
-from nemo.lens.testing import InMemorySpans, in_memory_spans, reset_span_state
+from nemo.lens.testing import InMemorySpans, reset_span_state
 
 pytest.importorskip("opentelemetry.sdk.trace")
 
@@ -99,13 +99,6 @@ def _fresh_span_state() -> Iterator[None]:
     reset_span_state(clear_registry=True)
     yield
     reset_span_state(clear_registry=True)
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpans]:
-    pipeline = in_memory_spans()
-    yield pipeline
-    pipeline.provider.shutdown()
 
 
 @pytest.mark.parametrize("key", SECRET_KEYS)

@@ -20,6 +20,8 @@ EXPECTED_VALUES = {
     "process.pid",
     "deployment.environment",
     "host.gpu.count",
+    # the metrics SDK's overflow series (metric_cardinality_limit)
+    "otel.metric.overflow",
     # dl
     "dl.rank",
     "dl.world_size",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+import lens_otlp_json
 import pytest
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -450,19 +450,11 @@ def test_console_exporter_writes_one_compact_json_object_per_line(
     with handle.tracer.start_as_current_span("console-span"):
         pass
     handle.shutdown()
-    lines = [line for line in capsys.readouterr().out.splitlines() if line]
-    documents = [json.loads(line) for line in lines]
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line]
     assert all(", " not in line and ": " not in line for line in lines)
-    assert any(document.get("name") == "console-span" for document in documents)
-    gauges = [
-        point["value"]
-        for document in documents
-        for resource_metrics in document.get("resource_metrics", [])
-        for scope in resource_metrics["scope_metrics"]
-        for metric in scope["metrics"]
-        if metric["name"] == "trainer.loss"
-        for point in metric["data"]["data_points"]
-    ]
+    assert lens_otlp_json.span_names(out) == ["console-span"]
+    gauges = lens_otlp_json.metric_values(out, "trainer.loss")
     assert gauges
     assert set(gauges) == {0.75}
 
@@ -477,16 +469,7 @@ def test_one_thousand_increments_then_shutdown_export_exactly_one_thousand(
     for _ in range(1000):
         record_metrics(handle.meter, "trainer", tokens=1)
     handle.shutdown()
-    totals = [
-        point["value"]
-        for line in capsys.readouterr().out.splitlines()
-        if line
-        for resource_metrics in json.loads(line)["resource_metrics"]
-        for scope in resource_metrics["scope_metrics"]
-        for metric in scope["metrics"]
-        if metric["name"] == "trainer.tokens"
-        for point in metric["data"]["data_points"]
-    ]
+    totals = lens_otlp_json.metric_values(capsys.readouterr().out, "trainer.tokens")
     # Cumulative temporality: every export carries the running total, the last one final.
     assert totals
     assert totals[-1] == 1000

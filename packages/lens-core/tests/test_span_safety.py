@@ -33,7 +33,7 @@ from nemo.lens import (
     span_cm,
     trace_fn,
 )
-from nemo.lens.testing import InMemorySpans, in_memory_spans, isolated_telemetry
+from nemo.lens.testing import InMemorySpans, isolated_telemetry
 
 pytest.importorskip("opentelemetry.sdk.trace")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.common.trace_encoder")
@@ -55,13 +55,6 @@ def _isolated() -> Iterator[None]:
     with isolated_telemetry(clear_span_registry=True):
         set_enabled_span_groups(frozenset({"step"}))
         yield
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpans]:
-    pipeline = in_memory_spans()
-    yield pipeline
-    pipeline.provider.shutdown()
 
 
 def encode(finished: Sequence[ReadableSpan]) -> bytes:

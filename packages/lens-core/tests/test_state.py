@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from lens_children import run_child
 
 import nemo.lens
 from nemo.lens import SpanRegistry, state
@@ -155,6 +157,73 @@ def test_typo_warns_naming_it_and_what_is_registered(caplog: pytest.LogCaptureFi
     assert "['all', 'per_step']" in message  # presets
     assert "['nemo_rl', 'nvrx']" in message  # namespaces
     assert enabled_span_groups() == {"training"}
+
+
+CHILD_TIMEOUT_S = 60
+
+# RL3's shape: groups registered at import, the spec from the environment, warnings shown.
+LENIENT_CHILD = """\
+import logging, sys
+logging.basicConfig(stream=sys.stdout, format="%(name)s: %(message)s")
+from nemo.lens import NemoLensConfig, SpanRegistry
+from nemo.lens.state import set_span_group_spec
+if sys.argv[1] == "registered":
+    SpanRegistry.register("nemo_rl", ["rollout", "training"])
+config = NemoLensConfig.from_env(prefix="NEMO_RL_OTEL", fallback_prefix="NEMO_LENS")
+if len(sys.argv) > 2:
+    config.span_groups = sys.argv[2]
+set_span_group_spec(config.span_groups)
+"""
+
+
+def run_lenient_child(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], *args: str) -> str:
+    """Run LENIENT_CHILD with only `environ`'s span-group variables; return its stdout."""
+    for name in list(os.environ):
+        if name.endswith("_SPAN_GROUPS") or name.startswith(("NEMO_LENS_", "NEMO_RL_OTEL_")):
+            monkeypatch.delenv(name)
+    run = run_child(LENIENT_CHILD, environ, CHILD_TIMEOUT_S, *args)
+    assert (run.returncode, run.timed_out) == (0, False), run.stderr
+    return run.stdout
+
+
+def test_unknown_token_warning_names_the_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A typo read from `NEMO_RL_OTEL_SPAN_GROUPS` is warned about with that variable named."""
+    stdout = run_lenient_child(
+        monkeypatch, {"NEMO_RL_OTEL_SPAN_GROUPS": "per_stp,training"}, "registered"
+    )
+    (line,) = stdout.splitlines()
+    assert line.startswith("nemo.lens.state: span_groups 'per_stp,training' names unknown")
+    assert line.endswith(
+        "(span_groups comes from the environment variable "
+        "NEMO_RL_OTEL_SPAN_GROUPS='per_stp,training')"
+    )
+
+
+def test_empty_registry_warning_names_the_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With nothing registered, the warning names `NEMO_LENS_SPAN_GROUPS`, the one that was read."""
+    stdout = run_lenient_child(monkeypatch, {"NEMO_LENS_SPAN_GROUPS": "rollout"}, "empty")
+    (line,) = stdout.splitlines()
+    assert "no namespace has registered groups" in line
+    assert line.endswith(
+        "(span_groups comes from the environment variable NEMO_LENS_SPAN_GROUPS='rollout')"
+    )
+
+
+def test_warning_for_a_spec_set_in_code_names_no_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spec assigned in code over the environment's valid one names no variable."""
+    stdout = run_lenient_child(
+        monkeypatch, {"NEMO_RL_OTEL_SPAN_GROUPS": "training"}, "registered", "trainin"
+    )
+    (line,) = stdout.splitlines()
+    assert "span_groups 'trainin' names unknown span groups or presets ['trainin']" in line
+    assert "environment variable" not in line
+    assert line.endswith("namespaces: ['nemo_rl']")
 
 
 def test_same_situation_never_warns_twice(caplog: pytest.LogCaptureFixture) -> None:

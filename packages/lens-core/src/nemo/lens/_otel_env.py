@@ -14,7 +14,7 @@ import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from nemo.lens.errors import LensValueError
 
@@ -33,7 +33,8 @@ EXPORTER_REQUIREMENTS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         ("opentelemetry.exporter.otlp.proto.grpc", "opentelemetry.exporter.otlp.proto.http"),
         SDK_EXTRA,
     ),
-    "console": (("opentelemetry.sdk",), SDK_EXTRA),
+    # The SDK, and the OTLP encoders that write its OTLP/JSON (with the OTLP exporters).
+    "console": (("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.common"), SDK_EXTRA),
     "prometheus": (
         ("opentelemetry.exporter.prometheus", "prometheus_client"),
         PROMETHEUS_EXTRA,
@@ -423,6 +424,140 @@ def prometheus_address(environ: Mapping[str, str] | None = None) -> tuple[str, i
             f"port in [0, 65535] (default {DEFAULT_PROMETHEUS_PORT})"
         )
     return host, port
+
+
+def local_rank(environ: Mapping[str, str] | None = None) -> int:
+    """`LOCAL_RANK`, the process's rank on its node; 0 when unset or blank.
+
+    Raises:
+        ValueError: The value is not an integer >= 0.
+    """
+    raw = _read(environ, "LOCAL_RANK")
+    if not raw:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise LensValueError(
+            f"Invalid value for LOCAL_RANK: {raw!r}; expected an integer >= 0 (the process's "
+            "rank on its node, as torchrun and SLURM set it)"
+        )
+    return value
+
+
+def prometheus_serving_address(
+    *, one_exporter_per_node: bool, environ: Mapping[str, str] | None = None
+) -> tuple[str, int]:
+    """The address this process's Prometheus endpoint binds.
+
+    A strategy that lets one process per node export at most (`single_rank`,
+    `first_rank_per_node`) serves on `OTEL_EXPORTER_PROMETHEUS_PORT` itself; any other
+    lets several ranks of a node export, and the rank with `LOCAL_RANK=k` serves on that
+    port + k, so eight ranks on a node bind eight ports. Port 0 (any free port) stays 0.
+
+    Raises:
+        ValueError: The port or `LOCAL_RANK` is malformed, or port + `LOCAL_RANK` lies
+            beyond 65535; the message names both variables.
+    """
+    host, base = prometheus_address(environ)
+    if one_exporter_per_node or base == 0:
+        return host, base
+    offset = local_rank(environ)
+    port = base + offset
+    if port > 65535:
+        raise LensValueError(
+            f"Invalid value for OTEL_EXPORTER_PROMETHEUS_PORT: {base} + LOCAL_RANK {offset} "
+            f"= {port} lies beyond 65535; with several exporting ranks per node each serves "
+            "on the base port + LOCAL_RANK, so choose a base port <= "
+            f"{65535 - offset}"
+        )
+    return host, port
+
+
+#: The `OTEL_<SIGNAL>_EXPORTER` values lens accepts, per signal (one exporter a signal).
+SIGNAL_EXPORTERS: Final = {
+    "traces": ("none", "otlp", "console"),
+    "metrics": ("none", "otlp", "console", "prometheus"),
+    "logs": ("none", "otlp", "console"),
+}
+
+
+def signal_exporter(signal: str, configured: str, environ: Mapping[str, str] | None = None) -> str:
+    """The exporter `signal` uses: `OTEL_<SIGNAL>_EXPORTER` when set, else `configured`.
+
+    `configured` is `NemoLensConfig.exporter` (`<PREFIX>_EXPORTER`); the standard
+    per-signal variable, when set, decides that signal alone, and `none` turns it off.
+    Blank counts as unset. lens builds one exporter per signal, so a list is refused.
+
+    Raises:
+        ValueError: The variable holds anything but one of `SIGNAL_EXPORTERS[signal]`
+            (any case); the message names the variable and the accepted values.
+    """
+    variable = f"OTEL_{signal.upper()}_EXPORTER"
+    raw = _read(environ, variable)
+    if not raw:
+        return configured
+    value = raw.lower()
+    accepted = SIGNAL_EXPORTERS[signal]
+    if value not in accepted:
+        extra = ""
+        if value == "prometheus":
+            extra = "; Prometheus serves metrics only"
+        elif "," in value:
+            extra = "; lens builds one exporter per signal, so name one"
+        raise LensValueError(
+            f"Invalid value for {variable}: {raw!r}; expected one of "
+            f"{', '.join(map(repr, accepted))} (unset: NemoLensConfig.exporter / "
+            f"<PREFIX>_EXPORTER decides){extra}"
+        )
+    return value
+
+
+def sdk_disabled(environ: Mapping[str, str] | None = None) -> tuple[bool, str | None]:
+    """Whether `OTEL_SDK_DISABLED` disables the SDK, and a warning for an odd value.
+
+    As the OpenTelemetry specification says, only `true` (any case) disables it; unset,
+    blank and `false` do not, and any other value does not either but earns a warning.
+    """
+    raw = _read(environ, "OTEL_SDK_DISABLED")
+    value = raw.lower()
+    if value == "true":
+        return True, None
+    if value in ("", "false"):
+        return False, None
+    return False, (
+        f"OTEL_SDK_DISABLED={raw!r} is neither 'true' nor 'false'; read as false, as the "
+        "OpenTelemetry specification says (the SDK stays enabled)"
+    )
+
+
+#: lens's service name when neither code nor the environment names one.
+DEFAULT_SERVICE_NAME: Final = "nemo"
+
+
+def resource_attributes_service_name(environ: Mapping[str, str] | None = None) -> str | None:
+    """`service.name` as `OTEL_RESOURCE_ATTRIBUTES` gives it (percent-decoded), or None.
+
+    The variable is `key=value` pairs separated by commas; the last `service.name` wins,
+    as in the SDK's detector, and a blank value counts as unset.
+    """
+    found: str | None = None
+    for entry in _read(environ, "OTEL_RESOURCE_ATTRIBUTES").split(","):
+        key, equals, value = entry.partition("=")
+        if equals and key.strip() == "service.name":
+            found = unquote(value.strip()) or None
+    return found
+
+
+def environment_service_name(environ: Mapping[str, str] | None = None) -> str | None:
+    """The service name OpenTelemetry's variables give, or None when neither names one.
+
+    `OTEL_SERVICE_NAME` wins over `service.name` in `OTEL_RESOURCE_ATTRIBUTES`; a name
+    set in code or by `<PREFIX>_SERVICE_NAME` wins over both (`NemoLensConfig`).
+    """
+    return _read(environ, "OTEL_SERVICE_NAME") or resource_attributes_service_name(environ)
 
 
 def check_exporter_name(name: object) -> str:

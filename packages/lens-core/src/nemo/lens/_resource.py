@@ -3,7 +3,8 @@
 Keys are applied in a fixed order and later ones win: lens's own keys, then what
 `nemo.lens.resources` detects (host, SLURM, Kubernetes), then the caller's
 `resource_attributes`, which therefore arrive unchanged. `OTEL_RESOURCE_ATTRIBUTES` sits
-beneath them all (the SDK merges it).
+beneath them all (the SDK merges it), but for `service.name`: the caller passes the name
+already resolved in OpenTelemetry's order (`_otel_env.environment_service_name`).
 """
 
 from __future__ import annotations

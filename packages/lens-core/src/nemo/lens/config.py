@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
+from nemo.lens import _otel_env
 from nemo.lens.errors import LensTypeError, LensValueError
 
 __all__ = ["NemoLensConfig"]
@@ -22,6 +23,29 @@ _T = TypeVar("_T")
 _TRUE_SPELLINGS: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE_SPELLINGS: Final = frozenset({"0", "false", "no", "off"})
 _BOOL_FORM: Final = "one of 1/true/yes/on or 0/false/no/off (any case)"
+
+
+class _DefaultServiceName(str):
+    """lens's default service name, told apart from the same name set in code.
+
+    It equals `"nemo"` in every way, but setup sees that nobody chose it and lets
+    `OTEL_SERVICE_NAME` or `service.name` in `OTEL_RESOURCE_ATTRIBUTES` replace it, as
+    OpenTelemetry orders them; any `str` assigned in code wins over both.
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (_DefaultServiceName, (str(self),))
+
+
+#: The `service_name` default: `"nemo"`, unless OpenTelemetry's variables name one.
+DEFAULT_SERVICE_NAME: Final = _DefaultServiceName(_otel_env.DEFAULT_SERVICE_NAME)
+
+
+def is_default_service_name(name: object) -> bool:
+    """True when `name` is the untouched default (nobody set a service name)."""
+    return type(name) is _DefaultServiceName
 
 
 @dataclass
@@ -37,7 +61,7 @@ class NemoLensConfig:
     """
 
     enabled: bool = False
-    service_name: str = "nemo"
+    service_name: str = DEFAULT_SERVICE_NAME
     export_strategy: str = "single_rank"
     export_rank: int = -1
     export_sample_rate: float = 1.0
@@ -51,6 +75,8 @@ class NemoLensConfig:
     user: str = ""
     wandb_entity: str = ""
     wandb_project: str = ""
+    console_path: str = ""
+    metric_cardinality_limit: int = 0
     _span_group_cls: type | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -87,8 +113,10 @@ class NemoLensConfig:
         then the default; a blank value counts as unset. Bools take 1/true/yes/on or
         0/false/no/off in any case; ints and floats are parsed with `int()`/`float()`;
         strings are stripped and keep their case. `service_name` comes from
-        `OTEL_SERVICE_NAME`; `wandb_entity` and `wandb_project` from `WANDB_ENTITY` and
-        `WANDB_PROJECT`, unprefixed and unstripped.
+        `{prefix}_SERVICE_NAME`, else `OTEL_SERVICE_NAME`, else `service.name` in
+        `OTEL_RESOURCE_ATTRIBUTES`, else the default (`"nemo"`, which setup still lets
+        those variables replace); `wandb_entity` and `wandb_project` from
+        `WANDB_ENTITY` and `WANDB_PROJECT`, unprefixed and unstripped.
 
         Args:
             prefix: The primary prefix, e.g. `"MEGATRON_OTEL"`.
@@ -102,7 +130,11 @@ class NemoLensConfig:
         reader = _EnvReader(os.environ, prefix, fallback_prefix)
         return cls(
             enabled=reader.read("ENABLED", _parse_bool, _BOOL_FORM, False),
-            service_name=os.environ.get("OTEL_SERVICE_NAME", "").strip() or "nemo",
+            service_name=(
+                reader.read("SERVICE_NAME", str, "a string", "")
+                or _otel_env.environment_service_name()
+                or DEFAULT_SERVICE_NAME
+            ),
             export_strategy=reader.read("EXPORT_STRATEGY", str, "a string", "single_rank"),
             export_rank=reader.read("EXPORT_RANK", int, "an integer, e.g. 0 or -1", -1),
             export_sample_rate=reader.read(
@@ -118,6 +150,13 @@ class NemoLensConfig:
             user=reader.read("USER_ID", str, "a string", ""),
             wandb_entity=os.environ.get("WANDB_ENTITY", ""),
             wandb_project=os.environ.get("WANDB_PROJECT", ""),
+            console_path=reader.read("CONSOLE_PATH", str, "a file path", ""),
+            metric_cardinality_limit=reader.read(
+                "METRIC_CARDINALITY_LIMIT",
+                _parse_cardinality_limit,
+                "an integer >= 0 (0: no limit)",
+                0,
+            ),
             _span_group_cls=span_group_cls,
         )
 
@@ -163,6 +202,41 @@ def _parse_rate(raw: str) -> float:
     rate = float(raw)
     check_sample_rate(rate, "export_sample_rate")
     return rate
+
+
+def _parse_cardinality_limit(raw: str) -> int:
+    limit = int(raw)
+    if limit < 0:
+        raise ValueError(f"negative: {limit}")
+    return limit
+
+
+def check_cardinality_limit(limit: object) -> int:
+    """`limit` if it is an int >= 0 (a bool is refused); setup calls it.
+
+    Raises:
+        ValueError: Anything else; the message names the field and what it accepts.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise LensValueError(
+            "NemoLensConfig.metric_cardinality_limit (<PREFIX>_METRIC_CARDINALITY_LIMIT) must "
+            f"be an integer >= 0, 0 meaning no limit; got {limit!r}"
+        )
+    return limit
+
+
+def check_console_path(path: object) -> str:
+    """`path` if it is a str (empty: standard output); setup calls it.
+
+    Raises:
+        TypeError: Anything else; the message names the field.
+    """
+    if not isinstance(path, str):
+        raise LensTypeError(
+            "NemoLensConfig.console_path (<PREFIX>_CONSOLE_PATH) must be a str, the file the "
+            f"console exporters append to ('' for standard output); got {type(path).__name__}"
+        )
+    return path
 
 
 def check_sample_rate(rate: Any, name: str) -> None:

@@ -3,7 +3,8 @@
 Two resolvers coexist because two consumer generations do:
 
 - `SpanGroup` is strict and subclassable. A framework subclasses it with its own
-  `ALL_GROUPS` and `_PRESETS`, and a typo in the spec fails setup with a clear error.
+  `ALL_GROUPS` and `EXTRA_PRESETS`, and a typo in the spec fails setup with a clear error
+  (naming the environment variable the spec came from, when it did).
 - `SpanRegistry` is namespaced and lenient. Frameworks register their groups at import, and
   a spec token nobody registered yet is kept pending instead of failing, so a library that
   registers late still gets its spans.
@@ -14,6 +15,7 @@ Two resolvers coexist because two consumer generations do:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar, Final
@@ -39,13 +41,19 @@ def _spec_tokens(spec: str) -> list[str]:
 class SpanGroup:
     """The strict span-group table: eight base groups and three presets.
 
-    Subclass it to declare a framework's own groups; a subclass replaces `ALL_GROUPS` and
-    `_PRESETS` wholesale (nothing is merged with the base tables)::
+    Subclass it to declare a framework's own groups. `ALL_GROUPS` lists the subclass's
+    groups; `EXTRA_PRESETS` adds presets to (or replaces same-named presets of) the
+    parent's, and `all` always means the subclass's `ALL_GROUPS`::
 
         class TrainerSpanGroup(SpanGroup):
             ROLLOUT = "rollout"
             ALL_GROUPS = SpanGroup.ALL_GROUPS | {ROLLOUT}
-            _PRESETS = {**SpanGroup._PRESETS, "all": ALL_GROUPS}
+            EXTRA_PRESETS = {"rollouts": {ROLLOUT}, "default": {"job", ROLLOUT}}
+
+    The presets are checked when the class is created: a member outside `ALL_GROUPS`, an
+    empty name or a preset named `all` raises there. `presets()` returns the resulting
+    table. A subclass written for lens 0.2, which assigns the whole preset table itself,
+    keeps that table as written, unchecked.
     """
 
     JOB: ClassVar[str] = "job"
@@ -76,6 +84,29 @@ class SpanGroup:
         "per_step": ALL_GROUPS,
         ALL_PRESET: ALL_GROUPS,
     }
+
+    #: Presets a subclass adds to its parent's: preset name -> member groups.
+    EXTRA_PRESETS: ClassVar[Mapping[str, Iterable[str]]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Build a subclass's preset table from its parent's and its `EXTRA_PRESETS`."""
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "_PRESETS" in own:
+            if "EXTRA_PRESETS" in own:
+                raise LensTypeError(
+                    f"{cls.__name__}: set EXTRA_PRESETS (presets added to the parent's) or "
+                    "_PRESETS (the whole table), not both"
+                )
+            return  # the older contract: the subclass's table, as it wrote it
+        if "ALL_GROUPS" not in own and "EXTRA_PRESETS" not in own:
+            return  # nothing of its own: the parent's tables apply unchanged
+        cls._PRESETS = _subclass_presets(cls)
+
+    @classmethod
+    def presets(cls) -> dict[str, frozenset[str]]:
+        """Return a copy of this class's presets: preset name -> member groups."""
+        return dict(cls._PRESETS)
 
     @classmethod
     def resolve(cls, spec: str) -> frozenset[str]:
@@ -108,6 +139,7 @@ class SpanGroup:
                 valid = sorted(known | presets.keys())
                 raise LensValueError(
                     f"Unknown span group or preset: '{token}'. Valid options: {valid}"
+                    f"{spec_source([token])}"
                 )
         return frozenset(enabled)
 
@@ -282,6 +314,79 @@ class SpanRegistry:
                 merged[preset] = merged.get(preset, frozenset()) | (members & live)
         merged[ALL_PRESET] = live
         return merged
+
+
+def _subclass_presets(cls: type[SpanGroup]) -> dict[str, frozenset[str]]:
+    """The parent's presets with `all` as `cls.ALL_GROUPS`, plus `cls.EXTRA_PRESETS`, checked."""
+    where = f"{cls.__name__}.EXTRA_PRESETS"
+    groups: object = cls.ALL_GROUPS
+    if not isinstance(groups, (frozenset, set)):
+        raise LensTypeError(
+            f"{cls.__name__}.ALL_GROUPS must be a frozenset of group names, got "
+            f"{type(groups).__name__} ({groups!r})"
+        )
+    extra = vars(cls).get("EXTRA_PRESETS", {})
+    if not isinstance(extra, Mapping):
+        raise LensTypeError(
+            f"{where} must be a mapping of preset name -> group names, got "
+            f"{type(extra).__name__} ({extra!r})"
+        )
+    # `cls` has no `_PRESETS` of its own yet, so this is the nearest parent's table.
+    presets = {**cls._PRESETS, ALL_PRESET: frozenset(groups)}
+    for raw_name, raw_members in extra.items():
+        if not isinstance(raw_name, str) or not raw_name.strip():
+            raise LensValueError(
+                f"{where}: a preset name must be a non-empty string, got {raw_name!r}"
+            )
+        name = raw_name.strip().lower()
+        if name == ALL_PRESET:
+            raise LensValueError(
+                f"{where}: a preset may not be named '{ALL_PRESET}', which always means "
+                f"every group of {cls.__name__}.ALL_GROUPS"
+            )
+        if isinstance(raw_members, str) or not isinstance(raw_members, Iterable):
+            raise LensTypeError(
+                f"{where}[{raw_name!r}] must be an iterable of group names, got "
+                f"{type(raw_members).__name__} ({raw_members!r})"
+            )
+        members = frozenset(raw_members)
+        unknown = sorted(str(member) for member in members - groups)
+        if unknown:
+            raise LensValueError(
+                f"{where}[{raw_name!r}] names groups outside {cls.__name__}.ALL_GROUPS: "
+                f"{unknown}; groups: {sorted(groups)}"
+            )
+        presets[name] = members
+    return presets
+
+
+#: The key `NemoLensConfig.from_env` reads span groups from, after `<PREFIX>_`.
+_SPEC_ENV_SUFFIX: Final = "_SPAN_GROUPS"
+
+
+def spec_source(tokens: Iterable[str]) -> str:
+    """Where a span-group spec holding `tokens` came from, for an error or warning.
+
+    A spec does not know its origin, so this names each `<PREFIX>_SPAN_GROUPS`
+    environment variable (the key `NemoLensConfig.from_env` reads) whose value lists one
+    of `tokens`, as `" (span_groups comes from the environment variable X='...')"`. It
+    returns `""` when none does: the spec was set in code, and the message says enough.
+    Only error and warning paths call it; it never raises.
+    """
+    try:
+        wanted = set(tokens)
+        variables = sorted(
+            (name, value)
+            for name, value in os.environ.items()
+            if name.endswith(_SPEC_ENV_SUFFIX) and wanted.intersection(_spec_tokens(value))
+        )
+    except Exception:  # the message goes out without it
+        return ""
+    if not variables:
+        return ""
+    listed = ", ".join(f"{name}={value!r}" for name, value in variables)
+    plural = "s" if len(variables) > 1 else ""
+    return f" (span_groups comes from the environment variable{plural} {listed})"
 
 
 def strict_resolver_for(span_group_cls: type[SpanGroup] | None) -> type[SpanGroup] | None:

@@ -22,11 +22,12 @@ from opentelemetry import metrics, trace
 
 from nemo.lens import _fork_hooks, _inheritance, _otel_env, _otel_internals, _shutdown, state
 from nemo.lens._otel_internals import ProxyMeterProvider
-from nemo.lens.config import NemoLensConfig
+from nemo.lens.config import NemoLensConfig, check_cardinality_limit, check_console_path
 from nemo.lens.errors import LensTypeError, LensValueError
 from nemo.lens.groups import SpanGroup, strict_resolver_for
 from nemo.lens.propagation import install_w3c_propagator
 from nemo.lens.strategies import ExportStrategy, get_export_strategy
+from nemo.lens.version import __version__
 
 if TYPE_CHECKING:
     from opentelemetry._logs import LoggerProvider as ApiLoggerProvider
@@ -39,11 +40,17 @@ __all__ = ["TelemetryHandle", "setup_telemetry"]
 
 _logger = logging.getLogger(__name__)
 
-#: The scope name of `handle.tracer` and `handle.meter`.
+#: The scope name of `handle.tracer` and `handle.meter` (their scope version is lens's).
 INSTRUMENTATION_SCOPE = "nemo.lens"
+
+#: The strategies that let at most one process per node export: their Prometheus
+#: endpoint keeps the base port; under any other each rank offsets it by `LOCAL_RANK`.
+_ONE_EXPORTER_PER_NODE = frozenset({"single_rank", "first_rank_per_node"})
 
 # Private, but consumer tests reset it to allow another setup; read at each call.
 _INITIALIZED: bool = False
+# The handle of the enabled setup that set `_INITIALIZED`; its shutdown frees the guard.
+_live_handle: TelemetryHandle | None = None
 # Re-entrant, so a custom export strategy that calls back into lens cannot deadlock.
 _setup_lock = threading.RLock()
 
@@ -81,6 +88,51 @@ class TelemetryHandle:
         """The meter to pass to `record_metrics` or create instruments on."""
         return self._meter
 
+    def get_meter(self, name: str, version: str | None = None) -> metrics.Meter:
+        """A meter of this setup's provider under the caller's own scope; never raises.
+
+        A framework passes its own name and version, so its series carry its scope
+        rather than lens's. A no-op setup's handle gives a no-op meter; a handle built by
+        hand, the global provider's.
+
+        Args:
+            name: The instrumentation scope, e.g. `"megatron.core"`.
+            version: The scope's version, e.g. the framework's `__version__`.
+        """
+        try:
+            if self._owns_nothing:
+                return metrics.NoOpMeter(name, version=version)
+            pipeline = self._pipeline
+            provider = None if pipeline is None else pipeline.meter_provider
+            if provider is not None:
+                return provider.get_meter(name, version)
+            return metrics.get_meter(name, version or "")
+        except Exception as exc:
+            _logger.warning("get_meter(%r) failed: %s: %s", name, type(exc).__name__, exc)
+            return metrics.NoOpMeter(name, version=version)
+
+    def get_tracer(self, name: str, version: str | None = None) -> trace.Tracer:
+        """A tracer of this setup's provider under the caller's own scope; never raises.
+
+        As `get_meter`: a no-op setup's handle gives a no-op tracer; a handle built by
+        hand, the global provider's.
+
+        Args:
+            name: The instrumentation scope, e.g. `"nemo_rl.algorithms"`.
+            version: The scope's version.
+        """
+        try:
+            if self._owns_nothing:
+                return trace.NoOpTracer()
+            pipeline = self._pipeline
+            provider = None if pipeline is None else pipeline.tracer_provider
+            if provider is not None:
+                return provider.get_tracer(name, version)
+            return trace.get_tracer(name, version)
+        except Exception as exc:
+            _logger.warning("get_tracer(%r) failed: %s: %s", name, type(exc).__name__, exc)
+            return trace.NoOpTracer()
+
     def force_flush(self, timeout_ms: float | None = _shutdown.DEFAULT_TIMEOUT_MS) -> bool:
         """Export everything recorded so far, waiting at most about `timeout_ms`; never raises.
 
@@ -112,6 +164,7 @@ class TelemetryHandle:
         makes the last export itself. Whatever is unfinished at the deadline is abandoned
         with a warning on a daemon thread; after this returns, the process exits without
         waiting on any exporter (lens builds its providers with `shutdown_on_exit=False`).
+        Once it has run, this process may call `setup_telemetry` again.
 
         `timeout_ms` is a number of milliseconds: None means the default (5000); a
         negative number means 0; anything above the maximum of 600000 (10 minutes),
@@ -129,6 +182,7 @@ class TelemetryHandle:
             budget = _shutdown.budget_ms("shutdown", timeout_ms)
             lanes = self._lanes(shut_down=True)
             self._shutdown_done = True
+            _release_init_guard(self)
             _shutdown.forget_at_exit(self)
             _shutdown.run_lanes("shutdown", lanes, budget)
             if self._pipeline is not None:
@@ -182,27 +236,34 @@ def setup_telemetry(
         metric_reader: Replaces the configured metric reader.
         export_strategy: A callable `(config, rank, world_size) -> bool` used instead of
             the strategy `config.export_strategy` names.
-        _allow_reinit: Testing only: allow a second enabled setup in one process.
+        _allow_reinit: Testing only: allow a second enabled setup while one is live
+            (`nemo.lens.testing.reset_init_guard()` is the public way).
 
     Returns:
-        A handle. It exports (`is_exporting=True`) when the config is enabled and the
-        strategy selects this process; otherwise its tracer and meter are no-ops.
+        A handle. It exports (`is_exporting=True`) when the config is enabled, the
+        strategy selects this process and `OTEL_SDK_DISABLED` is not `true`; otherwise
+        its tracer and meter are no-ops.
 
     Raises:
-        RuntimeError: An enabled setup already ran in this process.
-        ValueError: A bad rank or world size, an unknown strategy or exporter, an unknown
-            span group (strict resolvers), or a malformed `OTEL_METRIC_EXPORT_INTERVAL`,
+        RuntimeError: An enabled setup is live in this process (one whose handle was
+            not shut down).
+        ValueError: A bad rank or world size, an unknown strategy or exporter, an
+            `OTEL_TRACES_EXPORTER` / `OTEL_METRICS_EXPORTER` / `OTEL_LOGS_EXPORTER` lens
+            does not support, an unknown span group (strict resolvers), a negative
+            `metric_cardinality_limit`, or a malformed `OTEL_METRIC_EXPORT_INTERVAL`,
             `OTEL_BSP_*` variable, `OTEL_EXPORTER_PROMETHEUS_PORT` or `LOCAL_RANK`.
-        TypeError: `_span_group_cls` is not a `SpanGroup` subclass, or `export_strategy`
-            is not callable.
+        TypeError: `_span_group_cls` is not a `SpanGroup` subclass, `console_path` is
+            not a str, or `export_strategy` is not callable.
         ImportError: An exporting process lacks the SDK or the configured exporter.
     """
-    global _INITIALIZED
+    global _INITIALIZED, _live_handle
     with _setup_lock:
         if _INITIALIZED and config.enabled and not _allow_reinit:
             raise RuntimeError(
                 "nemo.lens telemetry has already been initialised for this process; call "
-                "setup_telemetry once per process (_allow_reinit=True is for tests only)"
+                "setup_telemetry once per process, or shut the earlier handle down first "
+                "(handle.shutdown()). In tests, call nemo.lens.testing.reset_init_guard() "
+                "(_allow_reinit=True is for tests only)"
             )
         checked_rank, checked_world_size = _check_rank(rank, world_size)
         if not config.run_id:
@@ -214,14 +275,27 @@ def setup_telemetry(
             1 if checked_world_size is None else checked_world_size,
         )
         strict_groups: frozenset[str] | None = None
+        disabled_by_env = False
         if config.enabled:
             _otel_env.check_exporter_name(config.exporter)
+            check_console_path(config.console_path)
+            check_cardinality_limit(config.metric_cardinality_limit)
+            # Every signal's exporter variable is checked, on every rank, before anything.
+            exporters = {
+                signal: _otel_env.signal_exporter(signal, config.exporter)
+                for signal in ("traces", "metrics", "logs")
+            }
             strict_groups = _strict_span_groups(config)
-            if config.metrics_enabled and metric_reader is None and config.exporter != "prometheus":
+            if (
+                config.metrics_enabled
+                and metric_reader is None
+                and exporters["metrics"] not in ("prometheus", "none")
+            ):
                 _otel_env.metric_export_interval_ms()
             if config.traces_enabled:
                 _otel_env.batch_span_settings()
-        if not (config.enabled and selected):
+            disabled_by_env = _sdk_disabled_by_env(selected)
+        if not (config.enabled and selected) or disabled_by_env:
             handle = _no_op_setup()
         else:
             handle = _exporting_setup(
@@ -232,10 +306,36 @@ def setup_telemetry(
                 resource_attributes=resource_attributes,
                 span_exporter=span_exporter,
                 metric_reader=metric_reader,
+                one_exporter_per_node=(
+                    export_strategy is None and config.export_strategy in _ONE_EXPORTER_PER_NODE
+                ),
             )
         if config.enabled:
             _INITIALIZED = True
+            _live_handle = handle
         return handle
+
+
+def _sdk_disabled_by_env(selected: bool) -> bool:
+    """True when `OTEL_SDK_DISABLED=true`; logs why on a process that would have exported."""
+    disabled, problem = _otel_env.sdk_disabled()
+    if problem is not None:
+        _logger.warning("%s", problem)
+    if disabled and selected:
+        _logger.warning(
+            "OTEL_SDK_DISABLED=true: nemo.lens builds no telemetry pipeline in this process "
+            "(nothing is exported, no port is bound; the handle is a no-op)"
+        )
+    return disabled
+
+
+def _release_init_guard(handle: TelemetryHandle) -> None:
+    """`handle` was shut down: if it is the live setup's, another setup may follow."""
+    global _INITIALIZED, _live_handle
+    with _setup_lock:
+        if _live_handle is handle:
+            _INITIALIZED = False
+            _live_handle = None
 
 
 def _check_rank(rank: object, world_size: object) -> tuple[int | None, int | None]:
@@ -307,7 +407,9 @@ def _no_op_setup() -> TelemetryHandle:
         metrics.set_meter_provider(metrics.NoOpMeterProvider())
     state.set_enabled_span_groups(frozenset())
     handle = TelemetryHandle(
-        trace.NoOpTracer(), metrics.NoOpMeter(INSTRUMENTATION_SCOPE), is_exporting=False
+        trace.NoOpTracer(),
+        metrics.NoOpMeter(INSTRUMENTATION_SCOPE, version=__version__),
+        is_exporting=False,
     )
     # Built nothing, so its flush and shutdown touch nothing (not someone else's globals).
     handle._owns_nothing = True
@@ -323,6 +425,7 @@ def _exporting_setup(
     resource_attributes: Mapping[str, AttributeValue] | None,
     span_exporter: SpanExporter | None,
     metric_reader: MetricReader | None,
+    one_exporter_per_node: bool,
 ) -> TelemetryHandle:
     # The SDK is imported only now, by the one setup that builds SDK objects.
     from nemo.lens._sdk._pipeline import build_pipeline
@@ -335,21 +438,22 @@ def _exporting_setup(
         span_exporter=span_exporter,
         metric_reader=metric_reader,
         instrumentation_scope=INSTRUMENTATION_SCOPE,
+        one_exporter_per_node=one_exporter_per_node,
     )
     if pipeline.tracer_provider is not None:
         trace.set_tracer_provider(pipeline.tracer_provider)
-        tracer = pipeline.tracer_provider.get_tracer(INSTRUMENTATION_SCOPE)
+        tracer = pipeline.tracer_provider.get_tracer(INSTRUMENTATION_SCOPE, __version__)
         if trace.get_tracer_provider() is not pipeline.tracer_provider:
             _warn_global_kept("tracer", "trace.get_tracer()")
     else:
-        tracer = trace.get_tracer(INSTRUMENTATION_SCOPE)
+        tracer = trace.get_tracer(INSTRUMENTATION_SCOPE, __version__)
     if pipeline.meter_provider is not None:
         metrics.set_meter_provider(pipeline.meter_provider)
-        meter = pipeline.meter_provider.get_meter(INSTRUMENTATION_SCOPE)
+        meter = pipeline.meter_provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
         if metrics.get_meter_provider() is not pipeline.meter_provider:
             _warn_global_kept("meter", "metrics.get_meter()")
     else:
-        meter = metrics.get_meter(INSTRUMENTATION_SCOPE)
+        meter = metrics.get_meter(INSTRUMENTATION_SCOPE, __version__)
     if pipeline.logger_provider is not None:
         _install_logger_provider(pipeline.logger_provider)
     install_w3c_propagator()
@@ -396,8 +500,9 @@ def _warn_global_kept(signal: str, accessor: str) -> None:
 
 def _reset_in_child() -> None:
     # A forked child is a new process: it may set up its own pipeline.
-    global _INITIALIZED, _setup_lock
+    global _INITIALIZED, _live_handle, _setup_lock
     _INITIALIZED = False
+    _live_handle = None
     _setup_lock = threading.RLock()
 
 

@@ -27,7 +27,7 @@ import re
 import traceback
 from collections.abc import Callable, Coroutine, Hashable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast, overload
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace  # a module attribute consumers' tests patch
@@ -503,6 +503,55 @@ def _leave(
         _warn_once(f"{where}: detaching the span", exc)
 
 
+# --- what a type checker sees -------------------------------------------------------------
+#
+# mypy matches a `**dict[str, V]` argument against every keyword parameter it could fill,
+# so with a plain signature `managed_span("g", "n", **{"dl.iteration": it})` fails on
+# `tracer: Tracer | None`. Each protocol below gives a type checker two overloads: the
+# first checks `tracer` (and `record_exception`) when they are passed, the second has
+# neither, so a `**{...}` of any value type fits it. The functions are typed as these
+# protocols by an identity decorator, not by `@overload`, because an overloaded name
+# cannot be re-imported in the `except ImportError` branch of the fallbacks pattern
+# (docs/spans.md); a protocol-typed one can. The functions themselves, their bodies
+# type-checked and their runtime signatures unchanged, are what runs.
+
+
+class _ManagedSpanSignature(Protocol):
+    @overload
+    def __call__(
+        self, group: str, name: str, tracer: Tracer | None = None, **attributes: object
+    ) -> AbstractContextManager[Span | None]: ...
+
+    @overload
+    def __call__(
+        self, group: str, name: str, **attributes: object
+    ) -> AbstractContextManager[Span | None]: ...
+
+
+class _SpanCmSignature(Protocol):
+    @overload
+    def __call__(
+        self,
+        name: str,
+        tracer: Tracer | None = None,
+        record_exception: bool = True,
+        **attributes: object,
+    ) -> AbstractContextManager[Span]: ...
+
+    @overload
+    def __call__(self, name: str, **attributes: object) -> AbstractContextManager[Span]: ...
+
+
+def _typed_as_managed_span(
+    fn: Callable[..., AbstractContextManager[Span | None]],
+) -> _ManagedSpanSignature:
+    return cast(_ManagedSpanSignature, fn)
+
+
+def _typed_as_span_cm(fn: Callable[..., AbstractContextManager[Span]]) -> _SpanCmSignature:
+    return cast(_SpanCmSignature, fn)
+
+
 # --- managed_span ---------------------------------------------------------------------------
 
 
@@ -538,6 +587,7 @@ class _SpanOff:
 _SPAN_OFF: Final = _SpanOff()
 
 
+@_typed_as_managed_span
 def managed_span(
     group: str, name: str, tracer: Tracer | None = None, **attributes: object
 ) -> AbstractContextManager[Span | None]:
@@ -574,6 +624,7 @@ def managed_span(
 # --- span_cm --------------------------------------------------------------------------------
 
 
+@_typed_as_span_cm
 def span_cm(
     name: str,
     tracer: Tracer | None = None,

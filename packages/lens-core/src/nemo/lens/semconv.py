@@ -49,6 +49,7 @@ __all__ = [
     "NV_DL_RANK",
     "NV_DL_ROLE",
     "NV_DL_WORLD_SIZE",
+    "OTEL_METRIC_OVERFLOW",
     "PROCESS_PID",
     "RL_ALGORITHM",
     "RL_GENERATION_BACKEND",
@@ -81,6 +82,10 @@ PROCESS_PID = "process.pid"
 DEPLOYMENT_ENVIRONMENT = "deployment.environment"
 #: GPUs the process can use (`CUDA_VISIBLE_DEVICES`, else `nvidia-smi`); set when known.
 HOST_GPU_COUNT = "host.gpu.count"
+
+#: The OpenTelemetry metrics SDK's overflow attribute: the one attribute (value `True`) of
+#: the series a point is recorded on once its instrument reached the cardinality limit.
+OTEL_METRIC_OVERFLOW = "otel.metric.overflow"
 
 # Deep-learning parallelism and training-step attributes.
 DL_RANK = "dl.rank"

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from nemo.lens._fork_hooks import hold_lock_across_fork
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.errors import LensTypeError
-from nemo.lens.groups import SpanRegistry, on_registry_change
+from nemo.lens.groups import SpanRegistry, on_registry_change, spec_source
 
 __all__ = [
     "enabled_span_groups",
@@ -143,22 +143,24 @@ def _resolve_stored_spec(spec: str) -> tuple[object, ...] | None:
         situation: tuple[str, frozenset[str]] = ("empty registry", pending)
         message: tuple[object, ...] = (
             "span_groups %r selects no span group: no namespace has registered groups in "
-            "SpanRegistry yet (unknown tokens: %s). They stay pending until one registers.",
+            "SpanRegistry yet (unknown tokens: %s). They stay pending until one registers.%s",
             spec,
             sorted(pending),
+            spec_source(pending),
         )
     elif pending:
         situation = ("unknown tokens", pending)
         message = (
             "span_groups %r names unknown span groups or presets %s; they stay pending "
             "until a namespace registers them%s. Registered groups: %s; presets: %s; "
-            "namespaces: %s",
+            "namespaces: %s%s",
             spec,
             sorted(pending),
             "" if enabled else ", and no span group is enabled meanwhile",
             sorted(SpanRegistry.groups()),
             sorted(SpanRegistry.presets()),
             namespaces,
+            spec_source(pending),
         )
     elif not enabled:
         situation = ("nothing selected", frozenset())

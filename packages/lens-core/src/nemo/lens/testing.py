@@ -34,7 +34,7 @@ from opentelemetry import metrics, propagate, trace
 
 from nemo.lens import _otel_internals, _shutdown, _warn_once, handle, state, strategies
 from nemo.lens.groups import SpanRegistry
-from nemo.lens.instruments import _registry
+from nemo.lens.instruments import _cardinality, _registry
 
 if TYPE_CHECKING:
     from opentelemetry.propagators.textmap import TextMapPropagator
@@ -64,8 +64,11 @@ _SDK_HINT = "nemo.lens.testing needs the OpenTelemetry SDK; pip install 'lens-co
 
 
 def reset_metric_registry() -> None:
-    """Unregister every metric group, lens's own included, with caches and warning memory."""
+    """Unregister every metric group, lens's own included, with caches and warning memory,
+    and lift the cardinality limit a setup set (with the attribute sets each instrument
+    had seen, which its caches held)."""
     _registry.clear()
+    _cardinality.set_limit(0)
 
 
 def reset_span_state(*, clear_registry: bool = False) -> None:
@@ -89,8 +92,13 @@ def reset_export_strategies() -> None:
 
 
 def reset_init_guard() -> None:
-    """Allow another enabled `setup_telemetry` in this process."""
+    """Allow another enabled `setup_telemetry` in this process, while a setup is live.
+
+    Outside tests it is not needed: shutting the live setup's handle down
+    (`handle.shutdown()`) allows the next setup by itself.
+    """
     handle._INITIALIZED = False
+    handle._live_handle = None
 
 
 def reset_otel_globals() -> None:
@@ -215,6 +223,10 @@ class InMemorySpans:
 def in_memory_metrics(*, install: bool = False) -> InMemoryMetrics:
     """Build an in-memory metrics pipeline.
 
+    Declared histogram buckets apply as in `setup_telemetry`'s pipeline: through the API's
+    advisory boundaries, or, on releases that ignore them, through views for the groups
+    registered before this call.
+
     Args:
         install: Also make its provider OpenTelemetry's global meter provider, replacing
             (without shutting down) whichever was installed.
@@ -225,10 +237,14 @@ def in_memory_metrics(*, install: bool = False) -> InMemoryMetrics:
     try:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        from nemo.lens._sdk._views import histogram_views
     except ImportError as exc:
         raise ImportError(f"{_SDK_HINT} ({exc})") from exc
     reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    provider = MeterProvider(
+        metric_readers=[reader], views=histogram_views(), shutdown_on_exit=False
+    )
     if install:
         _otel_internals.forget_global_meter_provider()
         metrics.set_meter_provider(provider)

@@ -1,58 +1,98 @@
-"""The console exporters: the SDK's console exporters writing one compact JSON object a line.
+"""The console exporters: OTLP/JSON, one export request a line.
 
-Spans and log records are one object each; a metric collection is one object.
+Each export call of a span, metric or log exporter becomes one `ExportTraceServiceRequest`,
+`ExportMetricsServiceRequest` or `ExportLogsServiceRequest`, encoded by the OTLP exporters'
+own protobuf encoder and written as one compact line of the OTLP/JSON mapping: the
+protobuf JSON mapping (lowerCamelCase names, int64 as decimal strings, enums as numbers)
+with trace and span ids as hex strings, as the OTLP specification asks. That is what the
+OpenTelemetry Collector's file exporter writes and its `otlpjsonfile` receiver reads, so
+a run's file can be replayed into any backend later.
 
-Setup's `console` exporter writes to whatever `sys.stdout` is at write time. `lens demo`
-needs stdout for its progress view, so it builds the same exporters on a `JsonLinesFile`
-and hands them to `setup_telemetry(span_exporter=..., metric_reader=...)`.
+Setup's `console` exporter writes to `console_output(path)`: the stream following
+`sys.stdout`, or one shared append-mode file per path. `lens demo` needs stdout for its
+progress view, so it builds the same exporters on a `JsonLinesFile` and hands them to
+`setup_telemetry(span_exporter=..., metric_reader=...)`.
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import json
+import logging
+import os
 import sys
 import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, Final, cast
+
+from nemo.lens import _otel_env
+from nemo.lens._warn_once import WarnOnce
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, MetricsData
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter
 
+_logger = logging.getLogger(__name__)
+_write_warnings = WarnOnce(_logger, "console exporter")
+
+#: The OTLP/JSON fields that hold ids: hex strings there, where protobuf JSON has base64.
+ID_FIELDS: Final = frozenset({"traceId", "spanId", "parentSpanId"})
+
 
 class JsonLinesFile:
     """A text file that exporter threads append whole lines to.
 
-    The span and metric exporters run on their own threads; one lock keeps each written
-    line whole, and every write is flushed so an interrupted run leaves only complete
-    lines behind.
+    The span, metric and log exporters run on their own threads; one lock keeps each
+    written line whole, and every write goes to the file at once (one `write` call on a
+    descriptor without a buffer) so an interrupted run leaves only complete lines behind.
+
+    Args:
+        path: The file.
+        append: Keep what the file holds and add to its end (created if missing); by
+            default the file is emptied first.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, append: bool = False) -> None:
         self.path = path
         self.lines_written = 0
         self._lock = threading.Lock()
-        self._file = path.open("w", encoding="utf-8")
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        self._fd: int | None = os.open(path, flags, 0o666)
+
+    @property
+    def closed(self) -> bool:
+        """True after `close`."""
+        return self._fd is None
 
     def write(self, text: str) -> int:
-        """Append `text` (whole lines) and flush; after `close` the text is dropped."""
+        """Append `text` (whole lines); after `close` the text is dropped.
+
+        Raises:
+            OSError: The file cannot take the text (a full disk, for example).
+        """
+        data = text.encode("utf-8", "replace")
         with self._lock:
-            if self._file.closed:
+            if self._fd is None:
                 return 0
-            self._file.write(text)
-            self._file.flush()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
             self.lines_written += text.count("\n")
         return len(text)
 
     def flush(self) -> None:
-        """Nothing to do: every `write` has already flushed."""
+        """Nothing to do: every `write` has already reached the file."""
 
     def close(self) -> None:
         """Close the file; exports that arrive later are dropped."""
         with self._lock:
-            self._file.close()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 class _CurrentStdout(io.TextIOBase):
@@ -67,62 +107,222 @@ class _CurrentStdout(io.TextIOBase):
 
 def current_stdout() -> IO[str]:
     """A stream that follows `sys.stdout` (tests and notebooks replace it after setup)."""
-    return _as_text_stream(_CurrentStdout())
+    return cast("IO[str]", _CurrentStdout())
 
 
-def _as_text_stream(stream: object) -> IO[str]:
-    # The SDK's exporters are typed for `typing.IO`, which no `io` base class declares.
-    return cast("IO[str]", stream)
+# Locks and files are per process: a forked child gets its own, never a copy of one that a
+# parent's exporter thread held at the moment of fork().
+_process_locks: dict[tuple[int, str], threading.Lock] = {}
+_shared_files: dict[tuple[int, Path], JsonLinesFile] = {}
 
 
-def _one_line(document: str) -> str:
-    # The SDK's to_json pretty-prints; one compact object per line is what tools expect.
-    return json.dumps(json.loads(document), separators=(",", ":")) + "\n"
+def _process_lock(purpose: str) -> threading.Lock:
+    # setdefault is atomic under the GIL: every thread of a process gets the same lock.
+    return _process_locks.setdefault((os.getpid(), purpose), threading.Lock())
 
 
-def _span_line(span: ReadableSpan) -> str:
-    return _one_line(span.to_json(indent=None))
+def console_output(path: str | None) -> IO[str] | JsonLinesFile:
+    """Where the console exporters write: stdout, or the file at `path`.
+
+    For None or "" the stream following the current `sys.stdout`. Otherwise one shared
+    `JsonLinesFile` per resolved path, opened to append (created if missing): asking for
+    the same path again returns the same object, so spans, metrics and logs interleave
+    whole lines in one file.
+
+    Raises:
+        OSError: The file cannot be opened for writing (the message names it).
+    """
+    if not path:
+        return current_stdout()
+    resolved = Path(path).expanduser().resolve()
+    key = (os.getpid(), resolved)
+    with _process_lock("shared files"):
+        shared = _shared_files.get(key)
+        if shared is None or shared.closed:
+            shared = _shared_files[key] = JsonLinesFile(resolved, append=True)
+    return shared
 
 
-def _metrics_line(data: MetricsData) -> str:
-    return _one_line(data.to_json(indent=None))
+@dataclass(frozen=True)
+class _Encoders:
+    spans: Callable[[Sequence[Any]], Any]
+    metrics: Callable[[Any], Any]
+    logs: Callable[[Sequence[Any]], Any]
+    to_dict: Callable[..., dict[str, Any]]
+
+
+def _encoders() -> _Encoders:
+    """The OTLP exporters' protobuf encoders and protobuf's JSON mapping.
+
+    The logs encoder lives in `common._log_encoder` in every release from 1.23 to 1.45:
+    like `opentelemetry._logs`, the underscore marks the signal as not yet stable, and it
+    is the module the OTLP log exporters themselves import (its `__all__` has
+    `encode_logs`). This function is the one place lens names it.
+
+    Raises:
+        ImportError: opentelemetry-exporter-otlp-proto-common (or protobuf) is missing.
+    """
+    try:
+        from google.protobuf.json_format import (  # type: ignore[import-untyped,unused-ignore]
+            MessageToDict,
+        )
+        from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+        from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    except ImportError as exc:
+        raise ImportError(
+            "the console exporter writes OTLP/JSON with the OTLP exporters' encoder, and "
+            f"opentelemetry-exporter-otlp-proto-common is not importable ({exc}); "
+            f"{_otel_env.install_hint(_otel_env.SDK_EXTRA)}"
+        ) from exc
+    return _Encoders(encode_spans, encode_metrics, encode_logs, MessageToDict)
+
+
+def _hex_ids(node: Any) -> None:
+    # Attribute keys are values of "key" fields, never dict keys, so only ids match here.
+    if isinstance(node, dict):
+        for field, value in node.items():
+            if field in ID_FIELDS and isinstance(value, str):
+                node[field] = base64.b64decode(value).hex()
+            else:
+                _hex_ids(value)
+    elif isinstance(node, list):
+        for item in node:
+            _hex_ids(item)
+
+
+def otlp_json_line(request: Any, to_dict: Callable[..., dict[str, Any]]) -> str:
+    """One OTLP/JSON line (with its newline) for an OTLP export request message."""
+    document = to_dict(request, use_integers_for_enums=True)
+    _hex_ids(document)
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def _write_request(
+    out: IO[str] | JsonLinesFile,
+    signal: str,
+    encode: Callable[[], Any],
+    to_dict: Callable[..., dict[str, Any]],
+) -> bool:
+    """Encode and write one request; False (and one warning) instead of raising."""
+    try:
+        request = encode()
+        if not any(field.name.startswith("resource_") for field, _ in request.ListFields()):
+            return True  # nothing to export (a collection with no points)
+        line = otlp_json_line(request, to_dict)
+        if isinstance(out, JsonLinesFile):
+            out.write(line)
+        else:
+            with _process_lock("stream"):
+                out.write(line)
+                out.flush()
+    except Exception as exc:
+        _write_warnings.warn(
+            (signal, type(exc)),
+            "console exporter: cannot write %s as OTLP/JSON (%s: %s); dropping the batch",
+            signal,
+            type(exc).__name__,
+            exc,
+        )
+        return False
+    return True
 
 
 def console_span_exporter(out: IO[str] | JsonLinesFile) -> SpanExporter:
-    """An SDK `ConsoleSpanExporter` writing one JSON object per span into `out`."""
-    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+    """A span exporter writing one OTLP/JSON `ExportTraceServiceRequest` per batch into `out`.
 
-    return ConsoleSpanExporter(out=_as_text_stream(out), formatter=_span_line)
+    Raises:
+        ImportError: The OTLP encoder is not installed (the message names lens-core[sdk]).
+    """
+    encoders = _encoders()
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class OtlpJsonSpanExporter(SpanExporter):
+        """Writes each batch as one OTLP/JSON line."""
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            written = _write_request(out, "spans", lambda: encoders.spans(spans), encoders.to_dict)
+            return SpanExportResult.SUCCESS if written else SpanExportResult.FAILURE
+
+        def shutdown(self) -> None:
+            """`out` belongs to the caller: shutting down leaves it open."""
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True  # every export has been written already
+
+    return OtlpJsonSpanExporter()
 
 
 def console_metric_exporter(out: IO[str] | JsonLinesFile) -> MetricExporter:
-    """An SDK `ConsoleMetricExporter` writing one JSON object per collection into `out`."""
-    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+    """A metric exporter writing one OTLP/JSON `ExportMetricsServiceRequest` per collection.
 
-    return ConsoleMetricExporter(out=_as_text_stream(out), formatter=_metrics_line)
+    Cumulative temporality for every instrument, like the SDK's console exporter.
+
+    Raises:
+        ImportError: The OTLP encoder is not installed (the message names lens-core[sdk]).
+    """
+    encoders = _encoders()
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    class OtlpJsonMetricExporter(MetricExporter):
+        """Writes each collection as one OTLP/JSON line."""
+
+        def export(
+            self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+        ) -> MetricExportResult:
+            written = _write_request(
+                out, "metrics", lambda: encoders.metrics(metrics_data), encoders.to_dict
+            )
+            return MetricExportResult.SUCCESS if written else MetricExportResult.FAILURE
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True  # every export has been written already
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            """`out` belongs to the caller: shutting down leaves it open."""
+
+    return OtlpJsonMetricExporter()
 
 
 def console_log_exporter(out: IO[str] | JsonLinesFile) -> Any:
-    """The SDK's console log exporter writing one JSON object per log record into `out`.
+    """A log record exporter writing one OTLP/JSON `ExportLogsServiceRequest` per batch.
 
-    Newer SDKs name it `ConsoleLogRecordExporter` and deprecate `ConsoleLogExporter`, the
-    only name older releases have; both call the formatter with an object that has
-    `to_json`.
+    The SDK renamed the base class and its result (`LogExporter`, `LogExportResult` in
+    older releases; `LogRecordExporter`, `LogRecordExportResult` in newer ones); each
+    release's encoder takes what its own processors hand the exporter.
+
+    Raises:
+        ImportError: The OTLP encoder is not installed (the message names lens-core[sdk]).
     """
+    encoders = _encoders()
     from opentelemetry.sdk._logs import export
 
-    exporter_class = getattr(export, "ConsoleLogRecordExporter", None) or export.ConsoleLogExporter
-    return exporter_class(out=_as_text_stream(out), formatter=_log_line)
+    base: Any = getattr(export, "LogRecordExporter", None) or export.LogExporter
+    result: Any = getattr(export, "LogRecordExportResult", None) or export.LogExportResult
 
+    class OtlpJsonLogExporter(base):  # type: ignore[misc]
+        """Writes each batch as one OTLP/JSON line."""
 
-def _log_line(record: Any) -> str:
-    return _one_line(record.to_json(indent=None))
+        def export(self, batch: Sequence[Any]) -> Any:
+            written = _write_request(out, "logs", lambda: encoders.logs(batch), encoders.to_dict)
+            return result.SUCCESS if written else result.FAILURE
+
+        def shutdown(self) -> None:
+            """`out` belongs to the caller: shutting down leaves it open."""
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True  # every export has been written already
+
+    return OtlpJsonLogExporter()
 
 
 def console_metric_reader(out: IO[str] | JsonLinesFile) -> MetricReader:
     """A periodic reader over `console_metric_exporter(out)`.
 
     Its interval is the SDK's: `OTEL_METRIC_EXPORT_INTERVAL` milliseconds.
+
+    Raises:
+        ImportError: The OTLP encoder is not installed (the message names lens-core[sdk]).
     """
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 

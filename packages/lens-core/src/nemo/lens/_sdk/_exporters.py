@@ -12,16 +12,18 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from nemo.lens import _otel_env
+from nemo.lens._sdk import _console
 from nemo.lens._sdk._console import (
+    JsonLinesFile,
     console_log_exporter,
     console_metric_exporter,
     console_span_exporter,
-    current_stdout,
 )
 from nemo.lens._warn_once import WarnOnce
+from nemo.lens.errors import LensValueError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -32,17 +34,31 @@ _logger = logging.getLogger(__name__)
 _setting_warnings = WarnOnce(_logger, "OTLP exporter settings")
 
 
-def build_span_exporter(name: str) -> SpanExporter | None:
-    """The span exporter for exporter `name`; None for `prometheus` (a metrics-only pull)."""
+def console_stream(console_path: str) -> IO[str] | JsonLinesFile:
+    """Where the console exporters write: `console_path` (appended), or standard output."""
+    try:
+        return _console.console_output(console_path or None)
+    except OSError as exc:
+        raise LensValueError(
+            f"Cannot open NemoLensConfig.console_path (<PREFIX>_CONSOLE_PATH) "
+            f"{console_path!r} for appending: {exc}"
+        ) from exc
+
+
+def build_span_exporter(name: str, *, console_path: str = "") -> SpanExporter | None:
+    """The span exporter for exporter `name`; None for `prometheus` (a metrics-only pull).
+
+    `console` writes to `console_path` when it is set, else to standard output.
+    """
     if name == "otlp":
         exporter: SpanExporter = _otlp_exporter("traces")
         return exporter
     if name == "console":
-        return console_span_exporter(current_stdout())
+        return console_span_exporter(console_stream(console_path))
     return None
 
 
-def build_log_exporter(name: str) -> Any:
+def build_log_exporter(name: str, *, console_path: str = "") -> Any:
     """The log record exporter for exporter `name`, or None when logs go nowhere.
 
     `otlp` and `console` export logs like the other signals. `prometheus` serves metrics
@@ -55,7 +71,7 @@ def build_log_exporter(name: str) -> Any:
         ImportError: No OTLP log exporter is installed.
     """
     if name == "console":
-        return console_log_exporter(current_stdout())
+        return console_log_exporter(console_stream(console_path))
     if name == "prometheus" and _otel_env.otlp_endpoint_variable("logs") is None:
         _logger.info(
             "logs_enabled with exporter 'prometheus': Prometheus serves metrics only and no "
@@ -67,14 +83,21 @@ def build_log_exporter(name: str) -> Any:
 
 
 def build_metric_reader(
-    name: str, interval_ms: int, on_shutdown: list[Callable[[], None]]
+    name: str,
+    interval_ms: int,
+    on_shutdown: list[Callable[[], None]],
+    *,
+    console_path: str = "",
+    one_exporter_per_node: bool = True,
 ) -> MetricReader:
     """The metric reader for exporter `name`.
 
     `otlp` and `console` get a periodic reader every `interval_ms`, whose export timeout is
     `OTEL_METRIC_EXPORT_TIMEOUT` (a bad value gives the default, with a warning naming the
-    variable); `prometheus` gets the pull reader and an HTTP endpoint, whose stop function
-    is appended to `on_shutdown`.
+    variable); `console` writes to `console_path` when set. `prometheus` gets the pull
+    reader and an HTTP endpoint, whose stop function is appended to `on_shutdown`; it
+    serves on the base port, or on base + `LOCAL_RANK` unless `one_exporter_per_node`
+    (see `_otel_env.prometheus_serving_address`).
 
     Raises:
         ValueError: An `OTEL_EXPORTER_OTLP_*` setting of the OTLP metric exporter is bad.
@@ -82,9 +105,9 @@ def build_metric_reader(
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
     if name == "prometheus":
-        return _prometheus_reader(on_shutdown)
+        return _prometheus_reader(on_shutdown, one_exporter_per_node=one_exporter_per_node)
     if name == "console":
-        metric_exporter: Any = console_metric_exporter(current_stdout())
+        metric_exporter: Any = console_metric_exporter(console_stream(console_path))
     else:
         metric_exporter = _otlp_exporter("metrics")
     timeout_ms, problem = _otel_env.metric_export_timeout_ms()
@@ -132,7 +155,9 @@ def _otlp_exporter(signal: str) -> Any:
     )
 
 
-def _prometheus_reader(on_shutdown: list[Callable[[], None]]) -> MetricReader:
+def _prometheus_reader(
+    on_shutdown: list[Callable[[], None]], *, one_exporter_per_node: bool
+) -> MetricReader:
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import REGISTRY
@@ -142,7 +167,7 @@ def _prometheus_reader(on_shutdown: list[Callable[[], None]]) -> MetricReader:
             f"setup_telemetry: exporter 'prometheus' needs opentelemetry-exporter-prometheus; "
             f"{_otel_env.install_hint(_otel_env.PROMETHEUS_EXTRA)} ({exc})"
         ) from exc
-    host, port = _otel_env.prometheus_address()
+    host, port = _otel_env.prometheus_serving_address(one_exporter_per_node=one_exporter_per_node)
     # Imported here: http.server is heavy, and only a Prometheus setup needs it.
     from nemo.lens._sdk._prometheus import PrometheusEndpoint
 

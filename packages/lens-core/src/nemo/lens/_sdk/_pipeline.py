@@ -31,7 +31,10 @@ from nemo.lens._sdk import _exporters, _fork
 from nemo.lens._sdk._ids import build_id_generator
 from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
 from nemo.lens._sdk._sampling import build_sampler
-from nemo.lens.config import NemoLensConfig
+from nemo.lens._sdk._views import histogram_views
+from nemo.lens.config import NemoLensConfig, is_default_service_name
+from nemo.lens.instruments import _cardinality
+from nemo.lens.version import __version__
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -255,11 +258,16 @@ def build_pipeline(
     span_exporter: SpanExporter | None,
     metric_reader: MetricReader | None,
     instrumentation_scope: str,
+    one_exporter_per_node: bool = True,
 ) -> Pipeline:
     """Build the resource and the SDK providers `config` asks for.
 
     `instrumentation_scope` names the meter lens's own counter (`nemo.lens.spans.dropped`)
-    is created on.
+    is created on, with lens's version. Each signal's exporter is
+    `OTEL_<SIGNAL>_EXPORTER` when set (`none` builds nothing for it), else
+    `config.exporter`. `one_exporter_per_node` is False when the export strategy may let
+    several ranks of a node export: a Prometheus endpoint then serves on the base port
+    plus `LOCAL_RANK`.
 
     Raises:
         ImportError: The SDK, or the exporter `config.exporter` needs, is not installed.
@@ -278,8 +286,15 @@ def build_pipeline(
         ) from exc
 
     owner_pid = os.getpid()
+    exporters = {
+        signal: _otel_env.signal_exporter(signal, config.exporter)
+        for signal in ("traces", "metrics", "logs")
+    }
+    service_name = config.service_name
+    if is_default_service_name(service_name):
+        service_name = _otel_env.environment_service_name() or service_name
     attributes = _resource.resource_attributes(
-        service_name=config.service_name,
+        service_name=service_name,
         run_id=config.run_id,
         user=config.user,
         wandb_entity=config.wandb_entity,
@@ -290,27 +305,48 @@ def build_pipeline(
         forked_child=_inheritance.inherited_a_pipeline(),
     )
     resource = build_resource(attributes)
-    batch_settings = _otel_env.batch_span_settings() if config.traces_enabled else None
+    # A signal whose exporter variable says `none` is off, unless the caller handed
+    # setup its own exporter or reader for it.
+    traces_on = config.traces_enabled and (
+        span_exporter is not None or exporters["traces"] != "none"
+    )
+    metrics_on = config.metrics_enabled and (
+        metric_reader is not None or exporters["metrics"] != "none"
+    )
+    logs_on = config.logs_enabled and exporters["logs"] != "none"
+    batch_settings = _otel_env.batch_span_settings() if traces_on else None
     pipeline = Pipeline(tracer_provider=None, meter_provider=None)
     try:
-        if config.metrics_enabled:
+        if metrics_on:
             reader = metric_reader
             if reader is None:
+                metrics_exporter = exporters["metrics"]
                 reader = _exporters.build_metric_reader(
-                    config.exporter,
-                    _otel_env.metric_export_interval_ms(),
+                    metrics_exporter,
+                    0
+                    if metrics_exporter == "prometheus"
+                    else _otel_env.metric_export_interval_ms(),
                     pipeline.on_shutdown,
+                    console_path=config.console_path,
+                    one_exporter_per_node=one_exporter_per_node,
                 )
+            # lens applies the limit itself: the SDK (1.23 to 1.45) has none.
+            _cardinality.set_limit(config.metric_cardinality_limit)
             pipeline.meter_provider = MeterProvider(
-                resource=resource, metric_readers=[reader], shutdown_on_exit=False
+                resource=resource,
+                metric_readers=[reader],
+                views=histogram_views(),
+                shutdown_on_exit=False,
             )
             if not isinstance(reader, PeriodicExportingMetricReader):
                 pipeline.readers_to_flush.append(reader)
             _fork.gate_metric_reader(reader, owner_pid)
-        if config.traces_enabled:
+        if traces_on:
             exporter = span_exporter
             if exporter is None:
-                exporter = _exporters.build_span_exporter(config.exporter)
+                exporter = _exporters.build_span_exporter(
+                    exporters["traces"], console_path=config.console_path
+                )
             tracer_provider = TracerProvider(
                 resource=resource,
                 id_generator=build_id_generator(),
@@ -325,7 +361,7 @@ def build_pipeline(
             if exporter is not None and batch_settings is not None:
                 gate = SpanQueueGate(batch_settings.max_queue_size, owner_pid)
                 if pipeline.meter_provider is not None:
-                    dropped = pipeline.meter_provider.get_meter(instrumentation_scope)
+                    dropped = pipeline.meter_provider.get_meter(instrumentation_scope, __version__)
                     gate.on_drop = dropped.create_counter(
                         DROPPED_SPANS_METRIC,
                         unit=DROPPED_SPANS_UNIT,
@@ -339,8 +375,10 @@ def build_pipeline(
                         gate,
                     )
                 )
-        if config.logs_enabled:
-            pipeline.logger_provider = build_logger_provider(config.exporter, resource, owner_pid)
+        if logs_on:
+            pipeline.logger_provider = build_logger_provider(
+                exporters["logs"], resource, owner_pid, console_path=config.console_path
+            )
     except BaseException:
         _discard(pipeline)
         raise
@@ -403,7 +441,9 @@ def build_gated_batch_processor(
     return QueueGatedSpanProcessor()
 
 
-def build_logger_provider(exporter_name: str, resource: Resource, owner_pid: int) -> Any:
+def build_logger_provider(
+    exporter_name: str, resource: Resource, owner_pid: int, *, console_path: str = ""
+) -> Any:
     """An SDK `LoggerProvider` exporting through a batch processor, or None.
 
     None when exporter `exporter_name` sends logs nowhere (see
@@ -413,7 +453,7 @@ def build_logger_provider(exporter_name: str, resource: Resource, owner_pid: int
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 
-    exporter = _exporters.build_log_exporter(exporter_name)
+    exporter = _exporters.build_log_exporter(exporter_name, console_path=console_path)
     if exporter is None:
         return None
     provider = LoggerProvider(resource=resource, shutdown_on_exit=False)

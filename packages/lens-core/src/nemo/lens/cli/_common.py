@@ -1,4 +1,5 @@
-"""What every `lens` command shares: the parser, argument types, `--import`, network probes.
+"""What every `lens` command shares: the parser, argument types, `--import`, printing a
+report to a pipe, network probes.
 
 Bad input is one line on stderr and exit status 2; the environment rules themselves (which
 endpoint, which port) live in `nemo.lens._otel_env`, so the commands test exactly what a
@@ -162,6 +163,39 @@ def load_targets(targets: Iterable[str], command: str) -> bool:
             print(f"{command}: error: {exc}", file=sys.stderr)
             return False
     return True
+
+
+# --- standard output -----------------------------------------------------------------------
+
+
+def print_report(text: str) -> bool:
+    """Print `text` and flush; False, quietly, when the reader closed the pipe.
+
+    `lens doctor | head -1` closes the pipe early. As other command-line tools do, the
+    command then stops without a traceback: stdout is pointed at /dev/null so the
+    interpreter's final flush of what is still buffered cannot fail again.
+    """
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return False
+    return True
+
+
+# --- what to install -----------------------------------------------------------------------
+
+
+def distribution_of(module: str) -> str:
+    """The distribution that installs `module`, for each module in EXPORTER_REQUIREMENTS.
+
+    Each of them is named after its top module with `.` and `_` spelled `-`
+    (`opentelemetry.sdk` -> `opentelemetry-sdk`, `prometheus_client` -> `prometheus-client`).
+    """
+    return module.replace(".", "-").replace("_", "-")
 
 
 # --- network probes -------------------------------------------------------------------------

@@ -4,7 +4,11 @@ It uses only the public API, exactly as a framework would: declare a metric grou
 telemetry from a `NemoLensConfig`, open `managed_span` spans per step, record every step
 with `record_metrics(handle.meter, "lens_demo", ...)`, shut down. The simulated run is
 deterministic for a seed. On a terminal a progress bar and a table of the latest values
-redraw in place; anywhere else (a pipe, a file, `TERM=dumb`) one plain line per step.
+redraw in place, fitted to the terminal's width; anywhere else (a pipe, a file, `TERM=dumb`,
+a terminal narrower than `MIN_LIVE_WIDTH` columns) one plain line per step.
+
+The console file is OTLP/JSON, one export request a line (`nemo.lens._sdk._console`): what
+the OpenTelemetry Collector's file exporter writes and its `otlpjsonfile` receiver reads.
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ import argparse
 import math
 import os
 import random
+import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +46,9 @@ Run a simulated RL training loop instrumented with lens: it declares a `lens_dem
 metric group, opens a span per step (span groups "job" and "step") and records the
 lens_demo.* series every step.
 
-  console     (default) spans and metrics go to a JSON-lines file (--out), one object
-              per line; no server needed.
+  console     (default) spans and metrics go to a file (--out) as OTLP/JSON, one
+              export request per line, as the OpenTelemetry Collector's file
+              exporter writes them; no server needed.
   prometheus  metrics are served at http://127.0.0.1:9464/metrics (--port) while the
               run lasts; spans go to the --out file.
   otlp        spans and metrics go to an OTLP collector (--endpoint, or the
@@ -109,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         metavar="FILE",
-        help=f"JSON-lines file for the console and prometheus exporters (default: ./{DEFAULT_OUT})",
+        help=f"OTLP/JSON file for the console and prometheus exporters (default: ./{DEFAULT_OUT})",
     )
     parser.add_argument(
         "--port",
@@ -266,7 +272,7 @@ class _Training:
 
 
 def _open_sink(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """Open the JSON-lines file and build the exporters that write into it."""
+    """Open the OTLP/JSON-lines file and build the exporters that write into it."""
     from nemo.lens._sdk._console import JsonLinesFile, console_metric_reader, console_span_exporter
 
     if args.exporter == "otlp":
@@ -336,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
     )
     view.message(f"lens demo: {status}; telemetry flushed")
     if sink is not None:
-        view.message(f"lens demo: wrote {sink.lines_written} JSON lines to {sink.path}")
+        view.message(f"lens demo: wrote {sink.lines_written} OTLP/JSON lines to {sink.path}")
     return EXIT_INTERRUPTED if interrupted else 0
 
 
@@ -350,7 +356,7 @@ def _announce(args: argparse.Namespace, sink: Any) -> None:
         print(f"lens demo: sending spans and metrics over OTLP to {endpoints}")
     if sink is not None:
         what = "spans and metrics" if args.exporter == "console" else "spans"
-        print(f"lens demo: writing {what} as JSON lines to {sink.path}")
+        print(f"lens demo: writing {what} as OTLP/JSON lines to {sink.path}")
     sys.stdout.flush()
 
 
@@ -461,7 +467,13 @@ def simulate(steps: int, seed: int = 0) -> Iterator[StepResult]:
 # --- the terminal view --------------------------------------------------------------------
 
 _BAR_WIDTH: Final = 30
+# The latest-value column's width when the terminal has room (values change width per step).
+_VALUE_WIDTH: Final = 12
+# Narrower than this, a bar is no help: the progress line shows the percentage alone.
+_MIN_BAR_WIDTH: Final = 5
 _CLEAR_LINE: Final = "\x1b[2K"
+#: Terminals narrower than this get plain lines instead of the live view.
+MIN_LIVE_WIDTH: Final = 40
 
 
 def is_live_terminal(stream: TextIO) -> bool:
@@ -473,43 +485,103 @@ def is_live_terminal(stream: TextIO) -> bool:
     return is_tty and os.environ.get("TERM", "") != "dumb"
 
 
+def terminal_width() -> int:
+    """The terminal's width in columns: `COLUMNS` when set, else the terminal's own, else 80."""
+    return shutil.get_terminal_size().columns
+
+
+def _ellipsis_for(stream: TextIO) -> str:
+    # A terminal whose encoding lacks the ellipsis character still gets a marker.
+    try:
+        "\u2026".encode(getattr(stream, "encoding", None) or "ascii")
+    except (LookupError, UnicodeEncodeError):
+        return "..."
+    return "\u2026"
+
+
+def fit(line: str, width: int, ellipsis: str = "\u2026") -> str:
+    """`line` cut to `width` characters, ending in `ellipsis` when something was cut."""
+    if len(line) <= width:
+        return line
+    return line[: max(width - len(ellipsis), 0)] + ellipsis[:width]
+
+
 class LiveView:
     """Shows the progress of a run of `total` steps on `stream`.
+
+    The live view redraws in place and fits every line to the terminal's width, read at
+    each update (a resized terminal is followed); below `MIN_LIVE_WIDTH` columns it prints
+    plain lines instead, as it does off a terminal.
 
     Args:
         stream: Where to draw, usually `sys.stdout`.
         total: The number of steps the run will make.
         live: Redraw in place (a terminal) instead of printing one line per step.
+        width: Returns the terminal's width in columns (default: `terminal_width`).
     """
 
-    def __init__(self, stream: TextIO, total: int, *, live: bool) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        total: int,
+        *,
+        live: bool,
+        width: Callable[[], int] = terminal_width,
+    ) -> None:
         self._stream = stream
         self._total = total
         self._live = live
+        self._width = width
+        self._ellipsis = _ellipsis_for(stream)
         self._drawn_lines = 0
         self._started = time.monotonic()
 
     def update(self, done: int, rows: Sequence[tuple[str, str, str]]) -> None:
         """Show that `done` steps finished; `rows` are (series, latest value, unit)."""
-        if self._live:
-            self._redraw(self._live_lines(done, rows))
+        columns = self._width() if self._live else 0
+        if columns >= MIN_LIVE_WIDTH:
+            # One column spare: a line that fills the last column makes some terminals wrap.
+            usable = columns - 1
+            lines = self._live_lines(done, rows, usable)
+            self._redraw([fit(line, usable, self._ellipsis) for line in lines])
         else:
             values = "  ".join(f"{series}={value}" for series, value, _ in rows)
             self._stream.write(f"step {done}/{self._total}  {values}\n")
+            self._drawn_lines = 0  # a later live view starts below these lines
         self._stream.flush()
 
-    def _live_lines(self, done: int, rows: Sequence[tuple[str, str, str]]) -> list[str]:
-        filled = _BAR_WIDTH * done // max(self._total, 1)
-        bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
+    def _progress_line(self, done: int, width: int) -> str:
+        percent = 100 * done // max(self._total, 1)
         elapsed = max(time.monotonic() - self._started, 1e-9)
-        lines = [
-            f"step {done}/{self._total} [{bar}] {100 * done // max(self._total, 1):3d}%  "
-            f"{done / elapsed:.1f} steps/s"
-        ]
-        width = max((len(series) for series, _, _ in rows), default=6)
-        lines.append(f"  {'series':<{width}}  {'latest':>12}  unit")
+        head = f"step {done}/{self._total} "
+        tail = f" {percent:3d}%  {done / elapsed:.1f} steps/s"
+        bar_width = min(_BAR_WIDTH, width - len(head) - len(tail) - 2)
+        if bar_width < _MIN_BAR_WIDTH:
+            return head + tail.lstrip()
+        filled = bar_width * done // max(self._total, 1)
+        return f"{head}[{'#' * filled}{'-' * (bar_width - filled)}]{tail}"
+
+    def _live_lines(self, done: int, rows: Sequence[tuple[str, str, str]], width: int) -> list[str]:
+        return [self._progress_line(done, width), *self._table_lines(rows, width)]
+
+    def _table_lines(self, rows: Sequence[tuple[str, str, str]], width: int) -> list[str]:
+        # The values are what a reader watches: a narrow terminal shortens the series
+        # names first, then the value column's padding, and only then cuts lines.
+        names = max([len("series"), *(len(series) for series, _, _ in rows)])
+        values = max([len("latest"), *(len(value) for _, value, _ in rows)])
+        units = max([len("unit"), *(len(unit) for _, _, unit in rows)])
+        spare = width - (2 + names + 2 + 2 + units)
+        if spare >= values:
+            value_width = min(spare, _VALUE_WIDTH)
+            name_width = names
+        else:
+            value_width = values
+            name_width = max(len("series"), width - (2 + 2 + value_width + 2 + units))
+        lines = [f"  {'series':<{name_width}}  {'latest':>{value_width}}  unit"]
         lines += [
-            f"  {series:<{width}}  {value:>12}  {unit}".rstrip() for series, value, unit in rows
+            f"  {fit(series, name_width, self._ellipsis):<{name_width}}  "
+            f"{value:>{value_width}}  {unit}".rstrip()
+            for series, value, unit in rows
         ]
         return lines
 

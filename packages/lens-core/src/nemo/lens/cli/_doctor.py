@@ -1,5 +1,5 @@
-"""`lens doctor`: versions, the configuration the environment gives, and whether the
-configured exporter can reach its endpoint."""
+"""`lens doctor`: versions, the configuration the environment gives, and whether each
+signal's exporter is installed and can reach its endpoint."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ from nemo.lens.cli._common import (
     EXIT_BAD_INPUT,
     bind_problem,
     connect_problem,
+    distribution_of,
     import_target,
     load_targets,
     non_negative_float,
+    print_report,
 )
 from nemo.lens.version import __version__
 
@@ -29,38 +31,56 @@ HELP = "show versions and configuration, and check the exporter endpoint"
 DESCRIPTION = """\
 Print the versions of lens, the OpenTelemetry API and SDK and every installed
 OpenTelemetry exporter; the NemoLensConfig that NemoLensConfig.from_env() resolves from
-the environment; and whether the configured exporter can reach its endpoint (OTLP: a TCP
-connection to each signal's endpoint; Prometheus: whether the port can be bound).
+the environment; and, for each signal, whether its exporter (OTEL_<SIGNAL>_EXPORTER, else
+PREFIX_EXPORTER) is installed and can reach its endpoint (OTLP: a TCP connection to each
+signal's endpoint; Prometheus: whether the port can be bound).
+
+While telemetry is disabled (PREFIX_ENABLED unset or false, or OTEL_SDK_DISABLED=true),
+a missing package, an unreachable endpoint or a port in use is a note, not a problem;
+--strict makes them problems anyway, as they would be for an enabled job.
 """
 EPILOG = """\
 examples:
   lens doctor
   NEMO_LENS_EXPORTER=prometheus lens doctor
   lens doctor --prefix NEMO_RL_OTEL --fallback-prefix NEMO_LENS --import nemo_rl.telemetry
+  lens doctor --strict      # in CI, before the job that enables telemetry
 
-exit status: 0 all well; 1 a problem was found (each is printed with what to do);
-2 bad input.
+exit status: 0 all well (or the reader closed the pipe early, as `| head` does); 1 a
+problem was found (each is printed with what to do); 2 bad input.
 """
 
 _OTEL_DISTRIBUTIONS: Final = ("opentelemetry-api", "opentelemetry-sdk")
 
 HIDDEN: Final = "<set, value hidden>"
 # The user-information part of a URL (`scheme://user:password@`); the last `@` before the
-# path ends it, as urllib reads it, so a password holding a raw `@` is hidden whole.
+# path ends it, as urllib reads it, so a password holding a raw `@` is hidden whole. A
+# scheme-less gRPC endpoint (`user:password@collector:4317`) counts when it holds a colon
+# and starts a word, so an e-mail address in a list is left alone.
 _URL_USERINFO: Final = re.compile(
     r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s]*)@"
+    r"|(?:^|(?<=[\s,=\'\"]))(?P<bare>[^\s/?#:@,=\'\"]+:[^\s/?#,\'\"]*)@(?=[^\s@/])"
 )
 # One `key=value` item of a comma-separated list (OTEL_RESOURCE_ATTRIBUTES, headers).
 _LIST_ITEM: Final = re.compile(r"(?P<key>[^,=\s]+)(?P<equals>\s*=\s*)(?P<value>[^,]*)")
 
 
 def _hide_password(match: re.Match[str]) -> str:
+    if match["bare"] is not None:
+        return f"{match['bare'].partition(':')[0]}:***@"
     user, colon, _password = match["userinfo"].partition(":")
-    return f"{match['scheme']}{user}:***@" if colon else match[0]
+    if not colon:
+        # A lone user name before `@` is often a token (`https://<token>@host`).
+        return f"{match['scheme']}***@"
+    return f"{match['scheme']}{user}:***@"
 
 
 def hide_secrets(text: str) -> str:
-    """`text` with every URL password replaced by `***` (`https://user:***@host:4318`)."""
+    """`text` with every URL password replaced by `***` (`https://user:***@host:4318`).
+
+    A user part without a password is hidden whole (`https://***@host`): it is often a
+    token. A scheme-less `user:password@host:port` has its password hidden too.
+    """
     return _URL_USERINFO.sub(_hide_password, text) if "@" in text else text
 
 
@@ -154,6 +174,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long to wait for each TCP connection (default: %(default)s)",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="while telemetry is off (PREFIX_ENABLED or OTEL_SDK_DISABLED), still fail on "
+        "a missing package, an unreachable endpoint or a port in use, as an enabled job would",
+    )
 
 
 def _installed_version(distribution: str) -> str:
@@ -217,12 +243,30 @@ def _load_config(report: Report, args: argparse.Namespace) -> Any | None:
     return config
 
 
-def _check_config(report: Report, config: Any, prefix: str) -> None:
+def _check_config(
+    report: Report, config: Any, prefix: str, environ: Mapping[str, str], strict: bool
+) -> str | None:
+    """Check the configuration; return why nothing will export, or None when it will.
+
+    The reason softens a missing package or an unreachable endpoint into a note; with
+    `strict`, None is returned all the same, so they stay problems.
+    """
     report.section("checks")
+    idle: str | None = None
     if config.enabled:
         report.ok("telemetry is enabled")
     else:
         report.note(f"telemetry is disabled; set {prefix}_ENABLED=1 to export")
+        idle = "telemetry is disabled"
+    disabled, odd_value = _otel_env.sdk_disabled(environ)
+    if disabled:
+        report.note(
+            "OTEL_SDK_DISABLED is true: setup_telemetry builds no pipeline because of it "
+            "(no exporter, no port bound, handle.is_exporting is False); unset it to export"
+        )
+        idle = "OTEL_SDK_DISABLED is true"
+    elif odd_value is not None:
+        report.note(odd_value)
     if config.exporter not in _otel_env.EXPORTERS:
         report.fail(
             f"{prefix}_EXPORTER={config.exporter!r} is not an exporter; expected one of "
@@ -244,62 +288,141 @@ def _check_config(report: Report, config: Any, prefix: str) -> None:
         report.fail(f"{prefix}_SPAN_GROUPS={config.span_groups!r}: {exc}")
     else:
         report.ok(f"span groups {config.span_groups!r} enable {sorted(groups)}")
+    return None if strict else idle
 
 
-def _check_packages(report: Report, config: Any) -> bool:
-    """Check the SDK and the exporter's packages import; False when one is missing."""
-    if config.exporter not in _otel_env.EXPORTER_REQUIREMENTS:
-        return False
-    modules, extra = _otel_env.EXPORTER_REQUIREMENTS[config.exporter]
-    needed = ("opentelemetry.sdk", *modules)
-    missing = [name for name in needed if not _otel_env.is_importable(name)]
-    if config.exporter == "otlp" and len(missing) == 1 and missing[0] != "opentelemetry.sdk":
-        # Setup falls back to the other OTLP transport, so one of the two is enough.
-        missing = []
-    if not missing:
-        report.ok(f"the SDK and the {config.exporter} exporter are installed")
-        return True
-    text = f"{', '.join(missing)} not installed; {_otel_env.install_hint(extra)}"
-    if config.enabled:
+def _would_fail(report: Report, text: str, idle: str | None) -> None:
+    """A problem for a job that exports; a note while nothing exports (`idle` says why)."""
+    if idle is None:
         report.fail(text)
     else:
-        report.note(text)
-    return False
+        report.note(f"{text} (no problem while {idle}; --strict fails on it)")
 
 
-def _check_endpoint(
-    report: Report, config: Any, environ: Mapping[str, str], timeout: float
-) -> None:
-    if config.exporter == "console":
-        report.ok("the console exporter writes JSON lines to stdout; no endpoint to reach")
-        return
-    if config.exporter == "prometheus":
+def _signal_exporters(
+    report: Report, config: Any, prefix: str, environ: Mapping[str, str]
+) -> dict[str, list[str]]:
+    """The exporter each enabled signal uses, as setup picks it: `OTEL_<SIGNAL>_EXPORTER`
+    when set (`none` turns the signal off), else `PREFIX_EXPORTER`; exporter -> signals."""
+    wanted = {
+        "traces": config.traces_enabled,
+        "metrics": config.metrics_enabled,
+        "logs": config.logs_enabled,
+    }
+    by_exporter: dict[str, list[str]] = {}
+    unresolved = False
+    for signal, enabled in wanted.items():
+        if not enabled:
+            continue
         try:
-            host, port = _otel_env.prometheus_address(environ)
+            exporter = _otel_env.signal_exporter(signal, config.exporter, environ)
         except ValueError as exc:
             report.fail(str(exc))
-            return
-        problem = bind_problem(host, port)
-        if problem is None:
-            report.ok(f"prometheus can serve http://{host}:{port}/metrics (the port is free)")
+            unresolved = True
+            continue
+        if exporter == config.exporter:
+            if exporter in _otel_env.EXPORTERS:
+                by_exporter.setdefault(exporter, []).append(signal)
+            else:  # the exporter check has failed already
+                unresolved = True
+            continue
+        variable = f"OTEL_{signal.upper()}_EXPORTER"
+        if exporter == "none":
+            report.note(f"{variable}=none turns {signal} off")
         else:
-            report.fail(
-                f"prometheus cannot serve on {host}:{port}: {problem}; set "
-                "OTEL_EXPORTER_PROMETHEUS_PORT to a free port or stop what holds it"
+            report.ok(
+                f"{variable}={exporter!r} sends {signal} to {exporter}, not to "
+                f"{prefix}_EXPORTER's {config.exporter!r}"
             )
-        return
-    signals = [
-        name
-        for name, wanted in (
-            ("traces", config.traces_enabled),
-            ("metrics", config.metrics_enabled),
-            ("logs", config.logs_enabled),
-        )
-        if wanted
+            by_exporter.setdefault(exporter, []).append(signal)
+    if not by_exporter and not unresolved:
+        report.note("no signal is exported, so no exporter package or endpoint is checked")
+    return by_exporter
+
+
+def _missing_distributions(exporter: str) -> list[str]:
+    """The distributions `exporter` needs that are not installed, each named once."""
+    modules, _extra = _otel_env.EXPORTER_REQUIREMENTS[exporter]
+    sdk = "opentelemetry.sdk"
+    exporter_modules = [name for name in dict.fromkeys(modules) if name != sdk]
+    missing_exporters = [
+        distribution_of(name) for name in exporter_modules if not _otel_env.is_importable(name)
     ]
-    if not signals:
-        report.note("no signal is enabled, so no OTLP endpoint is used")
+    missing = [] if _otel_env.is_importable(sdk) else [distribution_of(sdk)]
+    if exporter != "otlp":
+        missing += missing_exporters
+    elif len(missing_exporters) == len(exporter_modules):
+        # Setup falls back to the other OTLP transport, so one of the two is enough.
+        missing.append(f"one of {' or '.join(missing_exporters)}")
+    return missing
+
+
+def _check_packages(report: Report, exporters: list[str], idle: str | None) -> None:
+    """Check the SDK and the exporters' packages import; name each missing one once."""
+    if not exporters:
         return
+    missing: dict[str, None] = {}
+    extras: dict[str, None] = {}
+    for exporter in exporters:
+        found = _missing_distributions(exporter)
+        if found:
+            missing.update(dict.fromkeys(found))
+            extras[_otel_env.EXPORTER_REQUIREMENTS[exporter][1]] = None
+    if not missing:
+        names = " and ".join(exporters)
+        report.ok(
+            f"the SDK and the {names} exporter{'s' if len(exporters) > 1 else ''} are installed"
+        )
+        return
+    hints = "; ".join(_otel_env.install_hint(extra) for extra in extras)
+    _would_fail(report, f"not installed: {', '.join(missing)}; {hints}", idle)
+
+
+def _check_endpoints(
+    report: Report,
+    config: Any,
+    by_exporter: Mapping[str, list[str]],
+    environ: Mapping[str, str],
+    timeout: float,
+    idle: str | None,
+) -> None:
+    if "console" in by_exporter:
+        where = repr(config.console_path) if config.console_path else "stdout"
+        report.ok(
+            f"the console exporter writes OTLP/JSON lines to {where} "
+            f"({', '.join(by_exporter['console'])}); no endpoint to reach"
+        )
+    if "prometheus" in by_exporter:
+        _check_prometheus(report, environ, idle)
+    if "otlp" in by_exporter:
+        _check_otlp(report, by_exporter["otlp"], environ, timeout, idle)
+
+
+def _check_prometheus(report: Report, environ: Mapping[str, str], idle: str | None) -> None:
+    try:
+        host, port = _otel_env.prometheus_address(environ)
+    except ValueError as exc:
+        report.fail(str(exc))
+        return
+    problem = bind_problem(host, port)
+    if problem is None:
+        report.ok(f"prometheus can serve http://{host}:{port}/metrics (the port is free)")
+    else:
+        _would_fail(
+            report,
+            f"prometheus cannot serve on {host}:{port}: {problem}; set "
+            "OTEL_EXPORTER_PROMETHEUS_PORT to a free port or stop what holds it",
+            idle,
+        )
+
+
+def _check_otlp(
+    report: Report,
+    signals: list[str],
+    environ: Mapping[str, str],
+    timeout: float,
+    idle: str | None,
+) -> None:
     try:
         # The transport setup would really use: the protocol's, or the other one when only
         # that one is installed (setup falls back to it), whose default port differs.
@@ -320,14 +443,16 @@ def _check_endpoint(
         if problem is None:
             report.ok(f"{what} accepts TCP connections")
         else:
-            report.fail(
+            _would_fail(
+                report,
                 f"{what} is not reachable: {problem}; start a collector there or set "
-                "OTEL_EXPORTER_OTLP_ENDPOINT"
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                idle,
             )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report; 0 when nothing failed, else 1."""
+    """Print the report; 0 when nothing failed, else 1 (0 too when the reader left early)."""
     if not load_targets(args.imports, "lens doctor"):
         return EXIT_BAD_INPUT
     report = Report()
@@ -335,9 +460,10 @@ def run(args: argparse.Namespace) -> int:
     _otel_environment(report, os.environ)
     config = _load_config(report, args)
     if config is not None:
-        _check_config(report, config, args.prefix)
-        if _check_packages(report, config):
-            _check_endpoint(report, config, os.environ, args.timeout)
+        idle = _check_config(report, config, args.prefix, os.environ, args.strict)
+        by_exporter = _signal_exporters(report, config, args.prefix, os.environ)
+        _check_packages(report, list(by_exporter), idle)
+        _check_endpoints(report, config, by_exporter, os.environ, args.timeout, idle)
     report.section("result")
     if report.problems:
         count = len(report.problems)
@@ -345,5 +471,6 @@ def run(args: argparse.Namespace) -> int:
         report.lines += [f"  - {problem}" for problem in report.problems]
     else:
         report.lines.append("  all well")
-    print("\n".join(report.lines))
+    if not print_report("\n".join(report.lines)):
+        return 0
     return 1 if report.problems else 0

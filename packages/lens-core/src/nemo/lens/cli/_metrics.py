@@ -3,8 +3,11 @@
 Three renderings of the same declarations: an aligned text table, a GitHub Markdown table,
 and an OpenTelemetry Weaver semantic-convention registry. Each `MetricSpec` becomes one
 Weaver `type: metric` group, so `weaver registry check` can lint the series a framework
-declares. The YAML is written by hand (lens has no YAML dependency at run time); every
-string is a double-quoted, ASCII-only scalar, which reads back unchanged whatever it holds.
+declares. Weaver's syntax has no field for histogram buckets, so a spec's buckets go in
+lens's own annotation, `annotations.lens.explicit_bucket_boundaries` (named after the
+OpenTelemetry API's advisory parameter). The YAML is written by hand (lens has no YAML
+dependency at run time); every string is a double-quoted, ASCII-only scalar, which reads
+back unchanged whatever it holds.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from nemo.lens.instruments import MetricSpec, registered_metric_groups
 HELP = "list the metric groups a module declares (table, Markdown or Weaver YAML)"
 DESCRIPTION = """\
 Import one or more modules (and call MODULE:CALLABLE when given), then list every
-metric group registered with register_metric_group: its key, series name, kind, unit
-and description. --format yaml writes an OpenTelemetry Weaver semantic-convention
+metric group registered with register_metric_group: its key, series name, kind, unit,
+histogram buckets and description. --format yaml writes an OpenTelemetry Weaver semantic-convention
 registry (one `type: metric` group per series) for `weaver registry check`.
 """
 EPILOG = """\
@@ -37,12 +40,25 @@ that cannot be imported or a callable that fails).
 
 # --- text and Markdown tables ---------------------------------------------------------
 
-COLUMNS: Final = ("group", "key", "name", "kind", "unit", "description")
+COLUMNS: Final = ("group", "key", "name", "kind", "unit", "buckets", "description")
+# The columns a Markdown cell shows as code.
+_CODE_COLUMNS: Final = frozenset({"group", "key", "name", "kind", "unit"})
+
+
+def _short_number(bound: float) -> str:
+    # The shortest text that reads back as the same float, without a trailing ".0".
+    text = repr(bound)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def buckets_cell(spec: MetricSpec) -> str:
+    """The table cell for a spec's buckets: `1, 5, 10.5`, or empty when it has none."""
+    return "" if spec.buckets is None else ", ".join(map(_short_number, spec.buckets))
 
 
 def _rows(groups: Mapping[str, Sequence[MetricSpec]]) -> list[tuple[str, ...]]:
     return [
-        (group, spec.key, spec.name, spec.kind, spec.unit, spec.description)
+        (group, spec.key, spec.name, spec.kind, spec.unit, buckets_cell(spec), spec.description)
         for group, specs in groups.items()
         for spec in specs
     ]
@@ -79,7 +95,10 @@ def render_markdown(groups: Mapping[str, Sequence[MetricSpec]]) -> str:
     divider = "|" + "|".join("---" for _ in COLUMNS) + "|"
     lines = [header, divider]
     for row in _rows(groups):
-        cells = [_markdown_cell(cell, code=index < 5) for index, cell in enumerate(row)]
+        cells = [
+            _markdown_cell(cell, code=column in _CODE_COLUMNS)
+            for column, cell in zip(COLUMNS, row, strict=True)
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -135,17 +154,32 @@ def yaml_quote(text: str) -> str:
     return "".join(parts)
 
 
+def yaml_float(bound: float) -> str:
+    """Return a finite float as a YAML scalar that YAML 1.1 and 1.2 parsers read as a float.
+
+    `repr` is exact but may lack the `.` that YAML 1.1 (PyYAML) needs: `1e+20` would read
+    back as a string, `1.0e+20` reads as the float.
+    """
+    text = repr(float(bound))
+    mantissa, exponent_mark, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return mantissa + exponent_mark + exponent
+
+
 def render_weaver_registry(groups: Mapping[str, Sequence[MetricSpec]]) -> str:
     """Return the registry YAML for `groups` (group name -> its specs, in order).
 
     Each entry carries the Weaver fields (`id`, `type`, `metric_name`, `instrument`,
-    `unit`, `brief`, `stability`) and an `annotations.lens` map with the lens group and key,
-    so the lens declaration can be rebuilt from the file.
+    `unit`, `brief`, `stability`) and an `annotations.lens` map with the lens group and key
+    (and, for a histogram that declares buckets, `explicit_bucket_boundaries`, a list of
+    floats), so the lens declaration can be rebuilt from the file.
     """
     lines = [
         "# OpenTelemetry Weaver semantic-convention registry, written by `lens metrics`.",
         "# One `type: metric` group per declared series; annotations.lens names its lens",
-        "# metric group and the key passed to record_metrics.",
+        "# metric group and the key passed to record_metrics, and (a lens extension: Weaver",
+        "# has no bucket field) explicit_bucket_boundaries a histogram's declared buckets.",
     ]
     entries: list[str] = []
     for group, specs in groups.items():
@@ -163,6 +197,9 @@ def render_weaver_registry(groups: Mapping[str, Sequence[MetricSpec]]) -> str:
                 f"        group: {yaml_quote(group)}",
                 f"        key: {yaml_quote(spec.key)}",
             ]
+            if spec.buckets is not None:
+                bounds = ", ".join(map(yaml_float, spec.buckets))
+                entries.append(f"        explicit_bucket_boundaries: [{bounds}]")
     if entries:
         lines.append("groups:")
         lines += entries

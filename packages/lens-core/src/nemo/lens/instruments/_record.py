@@ -7,6 +7,7 @@ SDK call. Everything that can go wrong is handled on a slow path beside the loop
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import sys
@@ -15,7 +16,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from opentelemetry.metrics import NoOpMeter
+from opentelemetry.metrics import Meter, NoOpMeter
 
 from nemo.lens import _inheritance
 from nemo.lens._attributes import (
@@ -26,13 +27,28 @@ from nemo.lens._attributes import (
     is_encodable,
 )
 from nemo.lens._otel_internals import ProxyMeter, real_meter_of
-from nemo.lens.instruments import _registry
+from nemo.lens.instruments import _cardinality, _registry
 from nemo.lens.instruments._registry import GROUPS, UNREGISTERED, Emitter, MeterCache, MetricGroup
-from nemo.lens.instruments._spec import METRIC_KINDS, NON_NEGATIVE_KINDS, SUM_KINDS
+from nemo.lens.instruments._spec import (
+    METRIC_KINDS,
+    NON_NEGATIVE_KINDS,
+    SUM_KINDS,
+    MetricSpec,
+)
+from nemo.lens.semconv import OTEL_METRIC_OVERFLOW
 
 # The largest int that converts to a float without OverflowError.
 _FLOAT_INT_LIMIT: Final = int(sys.float_info.max)
 _INFINITY: Final = math.inf
+
+#: The keyword of `Meter.create_histogram` that carries a spec's buckets as the advisory
+#: explicit bucket boundaries (opentelemetry-api 1.30.0 added it; 1.23 to 1.29 lack it,
+#: and there `setup_telemetry` applies the buckets with SDK views instead).
+ADVISORY_KEYWORD: Final = "explicit_bucket_boundaries_advisory"
+#: Read once from the installed API's signature, never per call.
+API_HAS_BUCKET_ADVISORY: Final = (
+    ADVISORY_KEYWORD in inspect.signature(Meter.create_histogram).parameters
+)
 
 
 def record_metrics(
@@ -85,9 +101,16 @@ def record_metrics(
             if cache is None:
                 return
         items: Mapping[Any, Any] = kwargs if values is None else _merge(state, values, kwargs)
+        emitters = cache.emitters
+        bounded = False
         if attributes is not None:
             attributes = _clean_attributes(state, attributes)
-        emitters = cache.emitters
+            # Without attributes or without a limit, the cardinality limit costs this one
+            # test per call: the plain emitters record. With both, the bounded emitters
+            # (see _cardinality) do; the loop below is the same either way.
+            if attributes and _cardinality.limit:
+                emitters = cache.bounded
+                bounded = True
         for key, value in items.items():
             try:
                 emit, lowest = emitters[key]
@@ -95,6 +118,8 @@ def record_metrics(
                 if value is None:
                     continue
                 entry = _create_emitter(state, cache, meter, key)
+                if entry is not None and bounded:
+                    entry = _bound_emitter(state, cache, meter, key, entry)
                 if entry is None:
                     continue
                 emit, lowest = entry
@@ -269,13 +294,12 @@ def _create_emitter(
         return None
     create_name, record_name = METRIC_KINDS[spec.kind]
     error: Exception | None = None
+    advisory_error: Exception | None = None
     with _registry.lock:
         entry = cache.emitters.get(spec.key)
         if entry is None and spec.key not in cache.failed:
             try:
-                instrument = getattr(meter, create_name)(
-                    spec.name, unit=spec.unit, description=spec.description
-                )
+                instrument, advisory_error = _create_instrument(meter, spec, create_name)
                 emit = getattr(instrument, record_name)
             except Exception as exc:
                 cache.failed.add(spec.key)
@@ -286,6 +310,19 @@ def _create_emitter(
                 if spec.kind in SUM_KINDS:
                     emit = _Int64Sum(emit, _sum_warning(state, spec.key))
                 entry = cache.emitters[spec.key] = (emit, lowest)
+    # Logged outside the registry lock, as every warning here.
+    if advisory_error is not None:
+        state.warnings.warn(
+            ("advisory", spec.key),
+            "record_metrics: %s rejected the buckets of key %r of group %r (%s: %s); the "
+            "histogram %r is recorded with the default boundaries",
+            type(meter).__qualname__,
+            spec.key,
+            state.name,
+            type(advisory_error).__name__,
+            advisory_error,
+            spec.name,
+        )
     if error is not None:
         state.warnings.warn(
             ("create", spec.key),
@@ -299,6 +336,58 @@ def _create_emitter(
             error,
         )
     return entry
+
+
+def _bound_emitter(
+    state: MetricGroup, cache: MeterCache, meter: Any, key: str, entry: Emitter
+) -> Emitter:
+    """Return `entry` wrapped to apply the cardinality limit, wrapping it once per key."""
+    emit, lowest = entry
+    name = state.spec_by_key[key].name
+    try:
+        scope = repr(meter.name)
+    except Exception:  # a meter without a readable name: its type names it instead
+        scope = type(meter).__qualname__
+
+    def warn() -> None:
+        state.warnings.warn(
+            ("cardinality", key, scope),
+            "record_metrics: key %r of group %r (series %r, meter %s) reached "
+            "metric_cardinality_limit=%d distinct attribute sets; each further new set is "
+            "recorded on the overflow series {%r: True}, and the sets seen so far keep "
+            "their own",
+            key,
+            state.name,
+            name,
+            scope,
+            _cardinality.limit,
+            OTEL_METRIC_OVERFLOW,
+        )
+
+    with _registry.lock:
+        bounded = cache.bounded.get(key)
+        if bounded is None:
+            bounded = cache.bounded[key] = (_cardinality.BoundedEmitter(emit, warn), lowest)
+    return bounded
+
+
+def _create_instrument(
+    meter: Any, spec: MetricSpec, create_name: str
+) -> tuple[Any, Exception | None]:
+    """Create the instrument of `spec` on `meter`, its buckets as the advisory if any.
+
+    Returns the instrument and, when the meter rejected the advisory keyword (a wrapper
+    written against the older signature), the `TypeError` it raised: the histogram is then
+    created without the buckets rather than losing the key.
+    """
+    create = getattr(meter, create_name)
+    if spec.buckets is None or not API_HAS_BUCKET_ADVISORY:
+        return create(spec.name, unit=spec.unit, description=spec.description), None
+    try:
+        advised = {ADVISORY_KEYWORD: spec.buckets}
+        return create(spec.name, unit=spec.unit, description=spec.description, **advised), None
+    except TypeError as exc:
+        return create(spec.name, unit=spec.unit, description=spec.description), exc
 
 
 def _float_outside_fast_range(

@@ -26,13 +26,16 @@ Emitter: TypeAlias = tuple[Callable[..., object], int]
 class MeterCache:
     """The instruments one group has created on one meter, which it holds weakly."""
 
-    __slots__ = ("emitters", "failed", "inherited", "ref")
+    __slots__ = ("bounded", "emitters", "failed", "inherited", "ref")
 
     def __init__(self, ref: Any) -> None:
         self.ref = ref
         #: key -> its instrument's record method (`set`, `add` or `record`) and the
         #: lowest value its kind accepts on the fast path (0, or int64's minimum).
         self.emitters: dict[str, Emitter] = {}
+        #: The same, each wrapped to apply the cardinality limit (with the attribute sets
+        #: its instrument has seen): used for calls with attributes while a limit is set.
+        self.bounded: dict[str, Emitter] = {}
         #: keys whose instrument could not be created on this meter.
         self.failed: set[str] = set()
         #: True in a forked child for a meter the parent recorded on: never recorded
@@ -69,10 +72,12 @@ def _drop_inherited_instruments() -> None:
     # The SDK's aggregation locks are not replaced in a child: a parent thread that was
     # recording at the fork leaves them held forever. The child therefore never records
     # into an instrument its parent used; such points would not be exported from the
-    # child anyway (see nemo.lens._fork). A setup made in the child records normally.
+    # child anyway (see nemo.lens._fork). A setup made in the child records normally,
+    # and counts its attribute sets towards the cardinality limit afresh.
     for group in GROUPS.values():
         for cache in group.meters.values():
             cache.emitters = {}
+            cache.bounded = {}
             cache.inherited = True
 
 

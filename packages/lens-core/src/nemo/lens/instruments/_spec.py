@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
 from nemo.lens._attributes import is_encodable
@@ -40,6 +43,11 @@ class MetricSpec:
         kind: `gauge`, `counter`, `up_down_counter` or `histogram`.
         unit: The UCUM-style unit, ASCII, at most 63 characters (may be empty).
         description: Free text shown by backends.
+        buckets: Histograms only, keyword only: the explicit bucket boundaries, a
+            non-empty sequence of strictly increasing finite numbers, kept as a tuple of
+            floats. `None` (the default) leaves the SDK's default boundaries. lens passes
+            them as the OpenTelemetry API's advisory boundaries where the installed release
+            has them, and otherwise as an SDK view in `setup_telemetry`'s pipeline.
 
     Raises:
         TypeError: A field is not a `str`.
@@ -52,6 +60,7 @@ class MetricSpec:
     kind: str = "gauge"
     unit: str = ""
     description: str = ""
+    buckets: Sequence[float] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         for field_name in ("key", "name", "kind", "unit", "description"):
@@ -92,3 +101,63 @@ class MetricSpec:
                 f"MetricSpec.unit {self.unit!r} is not accepted: it must be ASCII and at most "
                 f"{_MAX_UNIT_LENGTH} characters (empty is fine)"
             )
+        if self.buckets is not None:
+            # Frozen: the validated tuple replaces whatever sequence was passed.
+            object.__setattr__(self, "buckets", _validated_buckets(self.kind, self.buckets))
+
+
+def _validated_buckets(kind: str, buckets: object) -> tuple[float, ...]:
+    """Return `buckets` as a tuple of floats, or raise naming `MetricSpec.buckets`."""
+    accepted = (
+        "a non-empty sequence of strictly increasing finite numbers (int or float, not "
+        "bool), for example buckets=(1, 5, 10, 50)"
+    )
+    if kind != "histogram":
+        raise LensValueError(
+            f"MetricSpec.buckets is only accepted for kind 'histogram', got kind {kind!r}; "
+            "drop buckets or declare a histogram"
+        )
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence):
+        raise LensTypeError(
+            f"MetricSpec.buckets must be {accepted}; got {type(buckets).__name__} "
+            f"({_short_repr(buckets)})"
+        )
+    if not buckets:
+        raise LensValueError(
+            f"MetricSpec.buckets {_short_repr(buckets)} is empty; pass {accepted}, or "
+            "leave buckets=None for the SDK's default boundaries"
+        )
+    bounds: list[float] = []
+    for index, bound in enumerate(buckets):
+        if isinstance(bound, bool) or not isinstance(bound, numbers.Real):
+            raise LensTypeError(
+                f"MetricSpec.buckets[{index}] {_short_repr(bound)} ({type(bound).__name__}) is not "
+                f"accepted; buckets must be {accepted}"
+            )
+        try:
+            value = float(bound)
+        except (OverflowError, ValueError) as exc:  # an int too large for a float
+            raise LensValueError(
+                f"MetricSpec.buckets[{index}] {_short_repr(bound)} is not accepted ({exc}); "
+                f"buckets must be {accepted}"
+            ) from None
+        if not math.isfinite(value):
+            raise LensValueError(
+                f"MetricSpec.buckets[{index}] {_short_repr(bound)} is not finite; buckets "
+                f"must be {accepted}"
+            )
+        if bounds and value <= bounds[-1]:
+            raise LensValueError(
+                f"MetricSpec.buckets[{index}] {_short_repr(bound)} is not greater than "
+                f"buckets[{index - 1}] {bounds[-1]!r}; buckets must be {accepted}"
+            )
+        bounds.append(value)
+    return tuple(bounds)
+
+
+def _short_repr(value: object) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__} with a failing repr>"
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,454 @@
+"""`metric_cardinality_limit`: lens folds new attribute sets past the limit into overflow.
+
+Per instrument, once `limit` distinct attribute sets have been seen, each further new set
+is recorded on `{"otel.metric.overflow": True}`; the sets seen before keep their series.
+Everything records through the real SDK into an in-memory reader.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from lens_children import run_child
+from lens_fork import in_child
+from lens_meters import CountingMeter
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from nemo.lens import (
+    MetricSpec,
+    NemoLensConfig,
+    record_metrics,
+    register_metric_group,
+    setup_telemetry,
+)
+from nemo.lens.instruments import _cardinality, _record, record_inference_metrics
+from nemo.lens.instruments._registry import GROUPS
+from nemo.lens.semconv import OTEL_METRIC_OVERFLOW
+from nemo.lens.testing import (
+    InMemoryMetrics,
+    in_memory_metrics,
+    isolated_telemetry,
+    reset_all,
+    reset_metric_registry,
+)
+
+OVERFLOW = {OTEL_METRIC_OVERFLOW: True}
+SPECS = [
+    MetricSpec("samples", "card.samples", "counter"),
+    MetricSpec("latency", "card.latency", "histogram"),
+    MetricSpec("depth", "card.depth", "gauge"),
+]
+
+
+@pytest.fixture
+def card(pipeline: InMemoryMetrics) -> InMemoryMetrics:
+    """The pipeline with the 'card' group registered."""
+    register_metric_group("card", SPECS)
+    return pipeline
+
+
+def series(metrics: InMemoryMetrics, name: str) -> dict[frozenset[Any], Any]:
+    """Attribute set -> value (sum or gauge) or (count, sum) (histogram), for series `name`."""
+    found: dict[frozenset[Any], Any] = {}
+    for point in metrics.points(name):
+        value = (point.count, point.sum) if hasattr(point, "bucket_counts") else point.value
+        found[frozenset(point.attributes.items())] = value
+    return found
+
+
+def attribute_set(**attributes: object) -> frozenset[Any]:
+    """The attribute set of these keyword attributes, as `series` keys it."""
+    return frozenset(attributes.items())
+
+
+OVERFLOW_SET = frozenset(OVERFLOW.items())
+
+
+def collected_sums(reader: InMemoryMetricReader) -> dict[frozenset[Any], Any]:
+    """Collect `reader` now; attribute set -> value of every sum point of `card.samples`."""
+    data: Any = reader.get_metrics_data()
+    assert data is not None
+    return {
+        frozenset(point.attributes.items()): point.value
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "card.samples"
+        for point in metric.data.data_points
+    }
+
+
+def limit_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The cardinality-limit warnings lens logged."""
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno == logging.WARNING and "metric_cardinality_limit" in record.getMessage()
+    ]
+
+
+def test_limit_3_keeps_3_series_and_folds_the_rest_into_overflow(card: InMemoryMetrics) -> None:
+    """5 sets under limit 3 on a counter: the first 3 keep their sums, 4 and 5 sum in overflow."""
+    _cardinality.set_limit(3)
+    for sample in range(5):
+        record_metrics(card.meter, "card", samples=sample + 1, attributes={"sample": sample})
+    assert series(card, "card.samples") == {
+        attribute_set(sample=0): 1,
+        attribute_set(sample=1): 2,
+        attribute_set(sample=2): 3,
+        OVERFLOW_SET: 4 + 5,
+    }
+
+
+def test_sets_seen_before_the_limit_keep_recording_on_their_own_series(
+    card: InMemoryMetrics,
+) -> None:
+    """After the limit is reached, a known set still adds to its series, a new one to overflow."""
+    _cardinality.set_limit(2)
+    for sample in (0, 1, 2, 0, 1, 3, 0):
+        record_metrics(card.meter, "card", samples=10, attributes={"sample": sample})
+    assert series(card, "card.samples") == {
+        attribute_set(sample=0): 30,
+        attribute_set(sample=1): 20,
+        OVERFLOW_SET: 20,
+    }
+
+
+def test_a_histogram_and_a_gauge_overflow_per_instrument(card: InMemoryMetrics) -> None:
+    """Each instrument counts its own sets: a histogram's counts and a gauge's last value."""
+    _cardinality.set_limit(1)
+    record_metrics(card.meter, "card", latency=1.0, attributes={"route": "a"})
+    record_metrics(card.meter, "card", depth=5, attributes={"route": "b"})
+    record_metrics(card.meter, "card", latency=2.0, depth=6, attributes={"route": "c"})
+    record_metrics(card.meter, "card", latency=3.0, depth=7, attributes={"route": "d"})
+    assert series(card, "card.latency") == {
+        attribute_set(route="a"): (1, 1.0),
+        OVERFLOW_SET: (2, 5.0),
+    }
+    assert series(card, "card.depth") == {attribute_set(route="b"): 5, OVERFLOW_SET: 7}
+
+
+def test_one_warning_per_instrument_naming_group_key_series_and_limit(
+    card: InMemoryMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Overflowing many times logs once per instrument, with its group, key, series and limit."""
+    _cardinality.set_limit(1)
+    for sample in range(20):
+        record_metrics(card.meter, "card", samples=1, latency=1.0, attributes={"sample": sample})
+    messages = limit_warnings(caplog)
+    assert len(messages) == 2
+    for key, series_name in (("samples", "card.samples"), ("latency", "card.latency")):
+        (message,) = [message for message in messages if f"key {key!r}" in message]
+        assert "group 'card'" in message
+        assert repr(series_name) in message
+        assert "metric_cardinality_limit=1 " in message
+        assert OTEL_METRIC_OVERFLOW in message
+
+
+def test_each_meter_has_its_own_sets_and_its_own_warning(
+    card: InMemoryMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two meters of one provider: each instrument counts its sets and warns once."""
+    other = card.provider.get_meter("card.other")
+    _cardinality.set_limit(1)
+    for meter in (card.meter, other):
+        for sample in range(3):
+            record_metrics(meter, "card", samples=1, attributes={"sample": sample})
+    assert len(limit_warnings(caplog)) == 2
+    by_scope = {
+        scope.scope.name: {
+            frozenset(point.attributes.items()): point.value
+            for point in scope.metrics[0].data.data_points
+        }
+        for scope in _collected_scopes(card)
+    }
+    expected = {attribute_set(sample=0): 1, OVERFLOW_SET: 2}
+    assert by_scope == {"nemo.lens.testing": expected, "card.other": expected}
+
+
+def _collected_scopes(metrics: InMemoryMetrics) -> list[Any]:
+    """Collect now; every scope's metrics."""
+    data = metrics.reader.get_metrics_data()
+    assert data is not None
+    return [scope for resource in data.resource_metrics for scope in resource.scope_metrics]
+
+
+class NamelessMeter(CountingMeter):
+    """A real meter behind a wrapper whose `name` cannot be read."""
+
+    @property
+    def name(self) -> str:
+        raise RuntimeError("no name here")
+
+
+def test_a_meter_without_a_readable_name_is_named_by_its_type(
+    card: InMemoryMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The overflow warning falls back to the meter's type; the limit applies all the same."""
+    meter = NamelessMeter(card.meter)
+    _cardinality.set_limit(1)
+    for sample in range(3):
+        record_metrics(meter, "card", samples=1, attributes={"sample": sample})
+    (message,) = limit_warnings(caplog)
+    assert "meter NamelessMeter" in message
+    assert series(card, "card.samples") == {attribute_set(sample=0): 1, OVERFLOW_SET: 2}
+
+
+def test_threads_recording_new_sets_keep_the_total_and_the_bound(card: InMemoryMetrics) -> None:
+    """8 threads x 200 new sets under limit 10: the sum is whole, at most a few sets past 10."""
+    _cardinality.set_limit(10)
+    start = threading.Barrier(8)
+
+    def work(thread: int) -> None:
+        start.wait()
+        for sample in range(200):
+            record_metrics(
+                card.meter, "card", samples=1, attributes={"sample": thread * 1000 + sample}
+            )
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    found = series(card, "card.samples")
+    assert sum(found.values()) == 8 * 200
+    # A race may admit a set or two past the limit; never one per new set.
+    assert 10 <= len(found) - 1 <= 10 + 8
+
+
+def test_each_key_is_wrapped_once_per_meter(card: InMemoryMetrics) -> None:
+    """A second wrap of the same key on the same meter returns the first wrapper."""
+    _cardinality.set_limit(1)
+    record_metrics(card.meter, "card", samples=1, attributes={"sample": 0})
+    state = GROUPS["card"]
+    (cache,) = state.meters.values()
+    first = cache.bounded["samples"]
+    again = _record._bound_emitter(state, cache, card.meter, "samples", cache.emitters["samples"])
+    assert again is first
+
+
+def test_limit_0_never_overflows(card: InMemoryMetrics, caplog: pytest.LogCaptureFixture) -> None:
+    """The default, 0, keeps every attribute set on its own series and warns about nothing."""
+    assert _cardinality.limit == 0
+    for sample in range(50):
+        record_metrics(card.meter, "card", samples=1, attributes={"sample": sample})
+    found = series(card, "card.samples")
+    assert len(found) == 50
+    assert OVERFLOW_SET not in found
+    assert limit_warnings(caplog) == []
+
+
+def test_calls_without_attributes_do_not_count_towards_the_limit(card: InMemoryMetrics) -> None:
+    """Points without attributes keep their one series; only attribute sets are counted."""
+    _cardinality.set_limit(1)
+    record_metrics(card.meter, "card", samples=1)
+    record_metrics(card.meter, "card", samples=1, attributes={})
+    record_metrics(card.meter, "card", samples=2, attributes={"sample": 0})
+    record_metrics(card.meter, "card", samples=3, attributes={"sample": 1})
+    assert series(card, "card.samples") == {
+        frozenset(): 2,
+        attribute_set(sample=0): 2,
+        OVERFLOW_SET: 3,
+    }
+
+
+def test_cleaned_attributes_are_what_the_limit_counts(card: InMemoryMetrics) -> None:
+    """A list value becomes a tuple before counting; equal cleaned sets are one series."""
+    _cardinality.set_limit(1)
+    record_metrics(card.meter, "card", samples=1, attributes={"ids": [1, 2]})
+    record_metrics(card.meter, "card", samples=1, attributes={"ids": (1, 2)})
+    record_metrics(card.meter, "card", samples=1, attributes={"ids": [3]})
+    assert series(card, "card.samples") == {attribute_set(ids=(1, 2)): 2, OVERFLOW_SET: 1}
+
+
+def test_an_unhashable_attribute_set_is_recorded_on_overflow() -> None:
+    """Defensively, a set that cannot be hashed goes to overflow instead of raising."""
+    recorded: list[tuple[float, object]] = []
+    warned: list[bool] = []
+    _cardinality.set_limit(5)
+    emit = _cardinality.BoundedEmitter(
+        lambda value, attributes: recorded.append((value, attributes)),
+        lambda: warned.append(True),
+    )
+    emit(1.0, {"ids": [1, 2]})
+    assert recorded == [(1.0, OVERFLOW)]
+    assert warned == [True]
+
+
+def test_record_inference_metrics_is_limited_too(card: InMemoryMetrics) -> None:
+    """record_inference_metrics records through record_metrics, so its series are limited."""
+    _cardinality.set_limit(2)
+    for model in ("m0", "m1", "m2", "m3"):
+        record_inference_metrics(card.meter, request_duration_s=1.0, model=model)
+    found = series(card, "gen_ai.server.request.duration")
+    assert len(found) == 3
+    assert found[OVERFLOW_SET] == (2, 2.0)
+
+
+def test_instruments_created_on_the_meter_directly_are_not_limited(
+    card: InMemoryMetrics,
+) -> None:
+    """The limit covers record_metrics only; a consumer's own instrument keeps every set."""
+    _cardinality.set_limit(1)
+    counter = card.meter.create_counter("card.direct")
+    for sample in range(4):
+        counter.add(1, {"sample": sample})
+    assert len(series(card, "card.direct")) == 4
+
+
+def test_setup_telemetry_applies_the_configured_limit() -> None:
+    """setup_telemetry with metric_cardinality_limit=2 limits what record_metrics records."""
+    with isolated_telemetry():
+        reader = InMemoryMetricReader()
+        handle = setup_telemetry(
+            NemoLensConfig(enabled=True, traces_enabled=False, metric_cardinality_limit=2),
+            metric_reader=reader,
+        )
+        try:
+            assert _cardinality.limit == 2
+            register_metric_group("card", SPECS)
+            for sample in range(4):
+                record_metrics(handle.meter, "card", samples=1, attributes={"sample": sample})
+            assert collected_sums(reader) == {
+                attribute_set(sample=0): 1,
+                attribute_set(sample=1): 1,
+                OVERFLOW_SET: 2,
+            }
+        finally:
+            handle.shutdown()
+        assert _cardinality.limit == 2  # a later setup sets its own; the resets lift it
+    assert _cardinality.limit == 0
+
+
+_CHILD = """
+import json, logging, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from nemo.lens import MetricSpec, NemoLensConfig, record_metrics, register_metric_group
+from nemo.lens import setup_telemetry
+config = NemoLensConfig.from_env("TRAINER_OTEL")
+config.enabled = True
+config.traces_enabled = False
+reader = InMemoryMetricReader()
+handle = setup_telemetry(config, metric_reader=reader)
+register_metric_group("child", [MetricSpec("samples", "child.samples", "counter")])
+for sample in range(6):
+    record_metrics(handle.meter, "child", samples=sample, attributes={"sample": sample})
+data = reader.get_metrics_data()
+points = [
+    [sorted(point.attributes.items()), point.value]
+    for resource in data.resource_metrics
+    for scope in resource.scope_metrics
+    for metric in scope.metrics
+    for point in metric.data.data_points
+]
+handle.shutdown(timeout_ms=5000)
+print(json.dumps({"limit": config.metric_cardinality_limit, "points": sorted(points)}))
+"""
+
+
+def test_the_environment_variable_sets_the_limit_through_setup() -> None:
+    """<PREFIX>_METRIC_CARDINALITY_LIMIT=4 in a fresh interpreter: 4 series plus overflow."""
+    run = run_child(_CHILD, {"TRAINER_OTEL_METRIC_CARDINALITY_LIMIT": "4"}, 120)
+    assert run.returncode == 0, run.stderr
+    outcome = json.loads(run.stdout.splitlines()[-1])
+    assert outcome["limit"] == 4
+    assert outcome["points"] == sorted(
+        [
+            *([[["sample", sample]], sample] for sample in range(4)),
+            [[[OTEL_METRIC_OVERFLOW, True]], 4 + 5],
+        ]
+    )
+    assert run.stderr.count("reached metric_cardinality_limit=4") == 1
+
+
+def test_resetting_the_registry_lifts_the_limit_and_forgets_the_sets(
+    card: InMemoryMetrics,
+) -> None:
+    """reset_metric_registry() puts the limit back to 0; a new limit starts from fresh sets."""
+    _cardinality.set_limit(1)
+    record_metrics(card.meter, "card", samples=1, attributes={"sample": 0})
+    reset_metric_registry()
+    assert _cardinality.limit == 0
+    fresh = in_memory_metrics()
+    try:
+        register_metric_group("card", SPECS)
+        _cardinality.set_limit(1)
+        record_metrics(fresh.meter, "card", samples=1, attributes={"sample": 1})
+        record_metrics(fresh.meter, "card", samples=1, attributes={"sample": 0})
+        assert series(fresh, "card.samples") == {attribute_set(sample=1): 1, OVERFLOW_SET: 1}
+    finally:
+        fresh.shutdown()
+
+
+def test_reset_all_lifts_the_limit() -> None:
+    """reset_all() leaves no cardinality limit behind."""
+    _cardinality.set_limit(7)
+    reset_all()
+    assert _cardinality.limit == 0
+
+
+def test_a_raised_limit_admits_more_sets_on_the_same_instrument(card: InMemoryMetrics) -> None:
+    """The limit is read per record: raising it lets new sets have their own series again."""
+    _cardinality.set_limit(1)
+    record_metrics(card.meter, "card", samples=1, attributes={"sample": 0})
+    record_metrics(card.meter, "card", samples=1, attributes={"sample": 1})
+    _cardinality.set_limit(2)
+    record_metrics(card.meter, "card", samples=1, attributes={"sample": 2})
+    assert series(card, "card.samples") == {
+        attribute_set(sample=0): 1,
+        attribute_set(sample=2): 1,
+        OVERFLOW_SET: 1,
+    }
+
+
+@pytest.fixture
+def _isolated_setup() -> Iterator[None]:
+    """Fresh OpenTelemetry globals and setup guard around a test that sets up telemetry."""
+    with isolated_telemetry():
+        yield
+
+
+@pytest.mark.fork
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.usefixtures("_isolated_setup")
+def test_a_forked_child_starts_with_fresh_attribute_sets() -> None:
+    """The parent's seen sets stay behind: the child's own setup counts its sets afresh."""
+    register_metric_group("card", SPECS)
+    reader = InMemoryMetricReader()
+    parent = setup_telemetry(
+        NemoLensConfig(enabled=True, traces_enabled=False, metric_cardinality_limit=2),
+        metric_reader=reader,
+    )
+    for sample in range(3):
+        record_metrics(parent.meter, "card", samples=1, attributes={"sample": sample})
+
+    def child() -> dict[str, Any]:
+        inherited = [cache.bounded for cache in GROUPS["card"].meters.values()]
+        own_reader = InMemoryMetricReader()
+        own = setup_telemetry(
+            NemoLensConfig(enabled=True, traces_enabled=False, metric_cardinality_limit=2),
+            metric_reader=own_reader,
+        )
+        for sample in (10, 11, 12):
+            record_metrics(own.meter, "card", samples=1, attributes={"sample": sample})
+        points = sorted([sorted(key), value] for key, value in collected_sums(own_reader).items())
+        own.shutdown(timeout_ms=2000)
+        return {"inherited": [len(bounded) for bounded in inherited], "points": points}
+
+    report = in_child(child)
+    assert report["inherited"] == [0]
+    assert report["points"] == [
+        [[["otel.metric.overflow", True]], 1],
+        [[["sample", 10]], 1],
+        [[["sample", 11]], 1],
+    ]
+    parent.shutdown()

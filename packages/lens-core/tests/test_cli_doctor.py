@@ -153,6 +153,39 @@ def test_a_free_prometheus_port_is_all_well(closed_port: int) -> None:
     assert f"prometheus can serve http://127.0.0.1:{closed_port}/metrics" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("strategy", "offset"), [("all_ranks", 3), ("single_rank", 0), ("first_rank_per_node", 0)]
+)
+def test_doctor_checks_the_port_this_rank_would_serve(
+    listening_port: int, strategy: str, offset: int
+) -> None:
+    """With several exporting ranks per node, doctor checks base port + LOCAL_RANK (what
+    setup binds); a single-exporter strategy checks the base port. Either way the port
+    checked is the taken one, so doctor must fail naming it."""
+    base = listening_port - offset
+    result = doctor(
+        NEMO_LENS_ENABLED="1",
+        NEMO_LENS_EXPORTER="prometheus",
+        NEMO_LENS_EXPORT_STRATEGY=strategy,
+        OTEL_EXPORTER_PROMETHEUS_PORT=str(base),
+        LOCAL_RANK="3",
+    )
+    assert result.returncode == 1, result.stdout
+    assert f"127.0.0.1:{listening_port}" in "".join(fail_lines(result.stdout))
+
+
+def test_doctor_fails_a_local_rank_that_cannot_offset_the_port() -> None:
+    """A malformed LOCAL_RANK under a several-per-node strategy is a FAIL naming it."""
+    result = doctor(
+        NEMO_LENS_ENABLED="1",
+        NEMO_LENS_EXPORTER="prometheus",
+        NEMO_LENS_EXPORT_STRATEGY="all_ranks",
+        LOCAL_RANK="two",
+    )
+    assert result.returncode == 1, result.stdout
+    assert "LOCAL_RANK" in "".join(fail_lines(result.stdout))
+
+
 def test_a_taken_prometheus_port_fails(listening_port: int) -> None:
     """A Prometheus port another socket holds is a problem: exit 1 naming the address."""
     result = doctor(

@@ -396,3 +396,19 @@ def test_a_forked_child_gets_its_own_console_file_and_lock(tmp_path: Path) -> No
     finally:
         parent.close()
     assert lines_of(path) == ["parent", "child", "parent again"]
+
+
+def test_non_ascii_text_survives_a_stdout_that_is_not_utf8() -> None:
+    """A span named in any script is written as JSON escapes, so a stdout encoded as ASCII
+    (PYTHONIOENCODING=ascii, some consoles) still gets the whole batch."""
+    raw = io.BytesIO()
+    ascii_out = io.TextIOWrapper(raw, encoding="ascii", errors="strict", write_through=True)
+    provider = TracerProvider(resource=RESOURCE)
+    provider.add_span_processor(SimpleSpanProcessor(console_span_exporter(ascii_out)))
+    with provider.get_tracer("lens.test").start_as_current_span("étape-步"):
+        pass
+    provider.shutdown()
+
+    (line,) = raw.getvalue().decode("ascii").splitlines()
+    request = parse(line, ExportTraceServiceRequest())
+    assert request.resource_spans[0].scope_spans[0].spans[0].name == "étape-步"

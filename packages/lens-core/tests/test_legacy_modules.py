@@ -116,8 +116,11 @@ def test_a_declared_name_is_served_from_the_shims_module(distribute: Distribute)
     assert nemo.lens.instruments.throwaway_served is legacy  # type: ignore[attr-defined]  # served at run time
 
 
-def test_the_installed_metadata_is_read_on_every_look_up(distribute: Distribute) -> None:
-    """A shim that appears while the process runs is seen at the next look-up."""
+def test_a_shim_installed_while_the_process_runs_is_seen_after_invalidate_caches(
+    distribute: Distribute,
+) -> None:
+    """A shim that appears while the process runs is seen once the import caches are
+    invalidated (which `distribute`, through `syspath_prepend`, does, as installers do)."""
     name = "nemo.lens.throwaway_late"
     assert name not in legacy_module_targets()
     assert LegacyModuleFinder.find_spec(name) is None
@@ -130,6 +133,29 @@ def test_the_installed_metadata_is_read_on_every_look_up(distribute: Distribute)
 
     assert legacy_module_targets()[name] == "lens_throwaway_late"
     assert importlib.import_module(name).VALUE == 2
+
+
+def test_failed_look_ups_read_the_metadata_once_until_caches_are_invalidated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A guarded legacy import on a hot path costs one metadata scan, not one per attempt;
+    `importlib.invalidate_caches()` makes the next look-up read it again."""
+    scans: list[int] = []
+    real = _legacy_modules.legacy_module_targets
+
+    def counting() -> dict[str, str]:
+        scans.append(1)
+        return real()
+
+    monkeypatch.setattr(_legacy_modules, "legacy_module_targets", counting)
+    importlib.invalidate_caches()
+    for _ in range(5):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module("nemo.lens.instruments.throwaway_never_declared")
+    assert len(scans) == 1
+    importlib.invalidate_caches()
+    assert LegacyModuleFinder.find_spec("nemo.lens.instruments.throwaway_never_declared") is None
+    assert len(scans) == 2
 
 
 @pytest.mark.parametrize(

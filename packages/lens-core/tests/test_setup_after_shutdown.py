@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import nemo.lens
 import nemo.lens.handle
-from nemo.lens import NemoLensConfig, setup_telemetry
+from nemo.lens import NemoLensConfig, managed_span, setup_telemetry
 from nemo.lens.testing import isolated_telemetry, reset_init_guard
 
 
@@ -85,3 +88,42 @@ def test_a_non_exporting_enabled_setup_is_released_by_its_shutdown_too() -> None
     again = setup_telemetry(config, rank=1, world_size=2)
     assert again.is_exporting is False
     again.shutdown()
+
+
+def _sweep_setup(
+    config: NemoLensConfig,
+) -> tuple[nemo.lens.TelemetryHandle, InMemorySpanExporter, InMemoryMetricReader]:
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    configured = dataclasses.replace(config, span_groups="all")
+    return (
+        setup_telemetry(configured, span_exporter=exporter, metric_reader=reader),
+        exporter,
+        reader,
+    )
+
+
+@pytest.mark.parametrize(
+    "first_config",
+    [
+        pytest.param(NemoLensConfig(enabled=True, run_id="first"), id="after-an-exporting-setup"),
+        pytest.param(NemoLensConfig(enabled=False), id="after-a-disabled-setup"),
+    ],
+)
+def test_the_next_setup_owns_the_globals_the_span_helpers_and_get_meter_use(
+    first_config: NemoLensConfig,
+) -> None:
+    """OpenTelemetry's globals are set once: the setup after a finished one still becomes
+    what managed_span's default tracer and nemo.lens.get_meter() record through."""
+    first_exporter, first_reader = InMemorySpanExporter(), InMemoryMetricReader()
+    first = setup_telemetry(first_config, span_exporter=first_exporter, metric_reader=first_reader)
+    first.shutdown(timeout_ms=2000)
+
+    second, exporter, reader = _sweep_setup(NemoLensConfig(enabled=True, run_id="second"))
+    with managed_span("step", "sweep.trial"):
+        pass
+    nemo.lens.get_meter("sweep").create_counter("sweep.trials").add(3)
+    second.shutdown(timeout_ms=2000)
+
+    assert [span.name for span in exporter.get_finished_spans()] == ["sweep.trial"]
+    assert first_exporter.get_finished_spans() == ()
+    assert _total(reader, "sweep.trials") == [3]

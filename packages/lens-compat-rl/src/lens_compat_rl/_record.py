@@ -13,8 +13,6 @@ from typing import Any, Final
 from lens_compat_rl._specs import LEGACY_RL_GROUP, LEGACY_RL_SPECS
 from nemo.lens.instruments._legacy_recorder import LegacyRecorder
 
-__all__ = ["DEPRECATION_MESSAGE", "REMOVAL_RELEASE", "record_rl_metrics"]
-
 #: The lens release that no longer has a lens-compat-rl to go with it.
 REMOVAL_RELEASE: Final = "0.5.0"
 DEPRECATION_MESSAGE: Final = (

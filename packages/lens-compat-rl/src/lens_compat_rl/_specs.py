@@ -6,8 +6,6 @@ from typing import Final
 
 from nemo.lens.instruments import MetricSpec
 
-__all__ = ["LEGACY_RL_GROUP", "LEGACY_RL_SPECS"]
-
 #: The registry group the shim records into, and registers when nobody else has.
 LEGACY_RL_GROUP: Final = "rl"
 

@@ -51,8 +51,8 @@ _SERVED_PREFIX: Final = "nemo.lens."
 def legacy_module_targets() -> dict[str, str]:
     """Each legacy module name the installed shims declare -> the module that provides it.
 
-    Read from the installed metadata on every call (a shim installed or removed while the
-    process runs is seen); legacy names are looked up once each, so this is never hot.
+    Read from the installed metadata on every call (about 10 ms in a large environment);
+    the finder keeps the answer until `importlib.invalidate_caches()`.
     """
     from importlib.metadata import entry_points
 
@@ -93,7 +93,20 @@ class _LegacyModuleLoader(_LoaderBase):
 
 
 class LegacyModuleFinder:
-    """A meta path finder for the `nemo.lens.*` names that installed shims declare."""
+    """A meta path finder for the `nemo.lens.*` names that installed shims declare.
+
+    Python does not remember failed imports, and a consumer may guard a legacy import on a
+    hot path (NeMo-Gym swallows the ImportError), so the entry points are read once and
+    kept until `importlib.invalidate_caches()`, which installers and `site.addsitedir`
+    callers use after changing what is installed, as for any finder.
+    """
+
+    _targets: dict[str, str] | None = None
+
+    @classmethod
+    def invalidate_caches(cls) -> None:
+        """Forget the entry points read so far (called by `importlib.invalidate_caches()`)."""
+        cls._targets = None
 
     @classmethod
     def find_spec(
@@ -105,7 +118,10 @@ class LegacyModuleFinder:
         """A spec backed by the shim's module if an installed shim declares `fullname`."""
         if not fullname.startswith(_SERVED_PREFIX):
             return None
-        real_name = legacy_module_targets().get(fullname)
+        targets = cls._targets
+        if targets is None:
+            targets = cls._targets = legacy_module_targets()
+        real_name = targets.get(fullname)
         if real_name is None:
             return None
         import importlib.util

@@ -15,7 +15,7 @@ import operator
 import os
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
@@ -26,7 +26,7 @@ from nemo.lens.config import NemoLensConfig, check_cardinality_limit, check_cons
 from nemo.lens.errors import LensTypeError, LensValueError
 from nemo.lens.groups import SpanGroup, strict_resolver_for
 from nemo.lens.propagation import install_w3c_propagator
-from nemo.lens.strategies import ExportStrategy, get_export_strategy
+from nemo.lens.strategies import ExportStrategy, exports_once_per_node, get_export_strategy
 from nemo.lens.version import __version__
 
 if TYPE_CHECKING:
@@ -43,14 +43,14 @@ _logger = logging.getLogger(__name__)
 #: The scope name of `handle.tracer` and `handle.meter` (their scope version is lens's).
 INSTRUMENTATION_SCOPE = "nemo.lens"
 
-#: The strategies that let at most one process per node export: their Prometheus
-#: endpoint keeps the base port; under any other each rank offsets it by `LOCAL_RANK`.
-_ONE_EXPORTER_PER_NODE = frozenset({"single_rank", "first_rank_per_node"})
-
 # Private, but consumer tests reset it to allow another setup; read at each call.
 _INITIALIZED: bool = False
 # The handle of the enabled setup that set `_INITIALIZED`; its shutdown frees the guard.
 _live_handle: TelemetryHandle | None = None
+# Every global provider a setup of this process installed (the API's no-op ones included).
+# OpenTelemetry's globals are set once; a setup that follows a finished one forgets these,
+# so its own providers become the globals that the span helpers and get_meter() use.
+_lens_globals: list[object] = []
 # Re-entrant, so a custom export strategy that calls back into lens cannot deadlock.
 _setup_lock = threading.RLock()
 
@@ -306,8 +306,8 @@ def setup_telemetry(
                 resource_attributes=resource_attributes,
                 span_exporter=span_exporter,
                 metric_reader=metric_reader,
-                one_exporter_per_node=(
-                    export_strategy is None and config.export_strategy in _ONE_EXPORTER_PER_NODE
+                one_exporter_per_node=exports_once_per_node(
+                    config.export_strategy, custom=export_strategy is not None
                 ),
             )
         if config.enabled:
@@ -402,9 +402,13 @@ def _no_op_setup() -> TelemetryHandle:
     # Install the API's no-op providers only where nothing is installed yet: a refused
     # set-once would only log OpenTelemetry's override warning on every repeated setup.
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        trace.set_tracer_provider(trace.NoOpTracerProvider())
+        _set_global(
+            trace.set_tracer_provider, trace.get_tracer_provider, trace.NoOpTracerProvider()
+        )
     if isinstance(metrics.get_meter_provider(), ProxyMeterProvider):
-        metrics.set_meter_provider(metrics.NoOpMeterProvider())
+        _set_global(
+            metrics.set_meter_provider, metrics.get_meter_provider, metrics.NoOpMeterProvider()
+        )
     state.set_enabled_span_groups(frozenset())
     handle = TelemetryHandle(
         trace.NoOpTracer(),
@@ -440,15 +444,16 @@ def _exporting_setup(
         instrumentation_scope=INSTRUMENTATION_SCOPE,
         one_exporter_per_node=one_exporter_per_node,
     )
+    _forget_finished_globals()
     if pipeline.tracer_provider is not None:
-        trace.set_tracer_provider(pipeline.tracer_provider)
+        _set_global(trace.set_tracer_provider, trace.get_tracer_provider, pipeline.tracer_provider)
         tracer = pipeline.tracer_provider.get_tracer(INSTRUMENTATION_SCOPE, __version__)
         if trace.get_tracer_provider() is not pipeline.tracer_provider:
             _warn_global_kept("tracer", "trace.get_tracer()")
     else:
         tracer = trace.get_tracer(INSTRUMENTATION_SCOPE, __version__)
     if pipeline.meter_provider is not None:
-        metrics.set_meter_provider(pipeline.meter_provider)
+        _set_global(metrics.set_meter_provider, metrics.get_meter_provider, pipeline.meter_provider)
         meter = pipeline.meter_provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
         if metrics.get_meter_provider() is not pipeline.meter_provider:
             _warn_global_kept("meter", "metrics.get_meter()")
@@ -478,12 +483,51 @@ def _install_logger_provider(provider: ApiLoggerProvider) -> None:
         # A forked child setting up its own pipeline: the global provider is its parent's,
         # which exports nothing here, and logs have no handle-level provider to fall back on.
         _otel_internals.forget_global_logger_provider()
-    _logs.set_logger_provider(provider)
+    _set_global(_logs.set_logger_provider, _logs.get_logger_provider, provider)
     if _logs.get_logger_provider() is not provider:
         _logger.warning(
             "OpenTelemetry's global logger provider was already set and cannot be replaced; "
             "setup_logging_bridge() and logging records keep going to the earlier one"
         )
+
+
+def _set_global(
+    install: Callable[[Any], None], current: Callable[[], object], provider: object
+) -> None:
+    """Install `provider` as a global and remember it as lens's, if the API took it."""
+    install(provider)
+    if current() is provider:
+        _lens_globals.append(provider)
+
+
+def _forget_finished_globals() -> None:
+    """Forget each global provider an earlier, finished setup of lens installed.
+
+    Called by an exporting setup (under the setup lock) before it installs its own
+    providers. A provider the live handle still uses (a test's `_allow_reinit` setup) is
+    kept; so is any provider lens did not install.
+    """
+    live_pipeline = None if _live_handle is None else _live_handle._pipeline
+    live = (
+        []
+        if live_pipeline is None
+        else [
+            live_pipeline.tracer_provider,
+            live_pipeline.meter_provider,
+            live_pipeline.logger_provider,
+        ]
+    )
+    forget = {
+        "tracer provider": _otel_internals.forget_global_tracer_provider,
+        "meter provider": _otel_internals.forget_global_meter_provider,
+        "logger provider": _otel_internals.forget_global_logger_provider,
+    }
+    for provider, label in _otel_internals.installed_global_providers():
+        if provider is None or any(provider is mine for mine in live):
+            continue
+        if any(provider is mine for mine in _lens_globals):
+            forget[label]()
+            _lens_globals[:] = [mine for mine in _lens_globals if mine is not provider]
 
 
 def _warn_global_kept(signal: str, accessor: str) -> None:

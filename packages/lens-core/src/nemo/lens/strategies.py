@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias
 
+from nemo.lens import _otel_env
 from nemo.lens._fork_hooks import hold_lock_across_fork
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.config import NemoLensConfig
@@ -103,15 +103,21 @@ def _sampled(config: NemoLensConfig, rank: int, world_size: int) -> bool:
 
 def _first_rank_per_node(config: NemoLensConfig, rank: int, world_size: int) -> bool:
     """The process with `LOCAL_RANK` 0 (or unset) on each node exports."""
-    raw = os.environ.get("LOCAL_RANK") or "0"
-    try:
-        local_rank = int(raw)
-    except ValueError as exc:
-        raise LensValueError(
-            f"Invalid value for LOCAL_RANK: {raw!r}; expected an integer (the process's "
-            "rank on its node), as the first_rank_per_node export strategy reads it"
-        ) from exc
-    return local_rank == 0
+    return _otel_env.local_rank() == 0
+
+
+#: The built-in strategies under which at most one process of a node exports, so a
+#: Prometheus endpoint needs no per-rank port.
+ONE_EXPORTER_PER_NODE: Final = frozenset({"single_rank", "first_rank_per_node"})
+
+
+def exports_once_per_node(name: str, *, custom: bool = False) -> bool:
+    """True when the strategy `name` lets at most one process per node export.
+
+    `custom` says a strategy object was passed to `setup_telemetry` instead of a name;
+    lens cannot know what such a strategy selects, so it counts as several per node.
+    """
+    return not custom and name in ONE_EXPORTER_PER_NODE
 
 
 _BUILTINS: Final[dict[str, ExportStrategy]] = {

@@ -195,7 +195,9 @@ def otlp_json_line(request: Any, to_dict: Callable[..., dict[str, Any]]) -> str:
     """One OTLP/JSON line (with its newline) for an OTLP export request message."""
     document = to_dict(request, use_integers_for_enums=True)
     _hex_ids(document)
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False) + "\n"
+    # ASCII with \u escapes: still valid JSON, and it cannot fail on a stdout that is not
+    # UTF-8 (PYTHONIOENCODING=ascii, some consoles), which would drop the whole batch.
+    return json.dumps(document, separators=(",", ":")) + "\n"
 
 
 def _write_request(

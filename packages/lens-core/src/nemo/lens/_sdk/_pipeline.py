@@ -330,8 +330,6 @@ def build_pipeline(
                     console_path=config.console_path,
                     one_exporter_per_node=one_exporter_per_node,
                 )
-            # lens applies the limit itself: the SDK (1.23 to 1.45) has none.
-            _cardinality.set_limit(config.metric_cardinality_limit)
             pipeline.meter_provider = MeterProvider(
                 resource=resource,
                 metric_readers=[reader],
@@ -382,6 +380,10 @@ def build_pipeline(
     except BaseException:
         _discard(pipeline)
         raise
+    if pipeline.meter_provider is not None:
+        # lens applies the limit itself (the SDK, 1.23 to 1.45, has none); only once the
+        # whole pipeline is built, so a failed setup leaves the process as it was.
+        _cardinality.set_limit(config.metric_cardinality_limit)
     _inheritance.note_pipeline_built(pipeline.meter_provider)
     return pipeline
 

@@ -393,14 +393,23 @@ def _check_endpoints(
             f"({', '.join(by_exporter['console'])}); no endpoint to reach"
         )
     if "prometheus" in by_exporter:
-        _check_prometheus(report, environ, idle)
+        _check_prometheus(report, config, environ, idle)
     if "otlp" in by_exporter:
         _check_otlp(report, by_exporter["otlp"], environ, timeout, idle)
 
 
-def _check_prometheus(report: Report, environ: Mapping[str, str], idle: str | None) -> None:
+def _check_prometheus(
+    report: Report, config: Any, environ: Mapping[str, str], idle: str | None
+) -> None:
+    from nemo.lens.strategies import exports_once_per_node
+
+    # The address this process's setup would bind: + LOCAL_RANK when several ranks of a
+    # node export.
+    once_per_node = exports_once_per_node(config.export_strategy)
     try:
-        host, port = _otel_env.prometheus_address(environ)
+        host, port = _otel_env.prometheus_serving_address(
+            one_exporter_per_node=once_per_node, environ=environ
+        )
     except ValueError as exc:
         report.fail(str(exc))
         return

@@ -45,9 +45,9 @@ class BoundedEmitter:
     so a call without either never reaches it. The attributes are already cleaned, hence
     hashable; a set that still is not (defensively) is recorded on the overflow set.
 
-    No lock: `in` and `set.add` are atomic under the GIL, and the worst a race between
-    two threads adding new sets at once can do is admit one set past the limit, which
-    keeps memory bounded all the same.
+    No lock: `in` and `set.add` are atomic under the GIL. Threads that add new sets at
+    the same moment can each pass the length check before any of them adds, so at most
+    one set per such thread gets past the limit; memory stays bounded all the same.
     """
 
     __slots__ = ("_emit", "_seen", "_warn")

@@ -95,8 +95,12 @@ class LegacyRecorder:
             warnings.warn(self._deprecation, DeprecationWarning, stacklevel=_CALLER_OF_THE_SHIM)
 
     def warn_once(self, key: Hashable, message: str, *args: object) -> None:
-        """Log `message % args` on the shim's logger the first time `key` is seen."""
-        self.once.warn(("note", key), message, *args)
+        """Log `message % args` on the shim's logger the first time `key` is seen; never
+        raises (it runs on the recording path)."""
+        try:
+            self.once.warn(("note", key), message, *args)
+        except Exception:  # a broken logging handler must not break the training step
+            return
 
     def _register_legacy_group(self) -> None:
         try:

@@ -1,8 +1,9 @@
 """The one task runner for the lens monorepo.
 
 `nox` (no arguments) runs the full check that CI runs: the Python x OpenTelemetry test
-matrix, the compat shim from fresh wheels and from the development install, the lowest
-declared dependencies, the API-only install, lint, type check, packaging and docs.
+matrix (its floor cells at the lowest declared dependencies), the soak runs, the compat
+shims from fresh wheels and from the development install, the Ray integration, the
+API-only install, lint, type check, packaging and docs.
 
     nox -l                          # list every session
     nox -t latest                   # quick loop: newest OpenTelemetry (3.10, 3.11, 3.13), plus
@@ -177,7 +178,6 @@ nox.options.sessions = [
     "compat",
     "compat-editable",
     "integrations",
-    "minimums",
     "nooptionals",
     "lint",
     "typecheck",
@@ -219,12 +219,6 @@ def compat(session: nox.Session, shims: tuple[str, ...]) -> None:
 def compat_editable(session: nox.Session) -> None:
     """The same tests on the development install (every package editable)."""
     run_shim_tests(session, install="editable", shims=tuple(SHIMS))
-
-
-@nox.session(python=OLDEST_PYTHON, tags=["oldest"])
-def minimums(session: nox.Session) -> None:
-    """lens-core's tests with every dependency at its lowest declared version."""
-    run_minimum_dependency_tests(session)
 
 
 @nox.session(python=NEWEST_PYTHON)
@@ -312,16 +306,24 @@ def otel_pins(version: str, names: tuple[str, ...] = OTEL_PINNED) -> list[str]:
 def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> None:
     """lens-core at one OpenTelemetry release, from a freshly built wheel on the newest
     release and editable on the others; lens-core's tests and the root tests (no shim).
-    With `check_coverage` (the newest release) they run under coverage and the coverage
-    floors hold; the other cells run them untraced, which is faster (CI time)."""
+    The floor cells pin every declared dependency at its lower bound (the lowest install
+    lens-core allows) and check that it is consistent. With `check_coverage` (the newest
+    release) the tests run under coverage and the coverage floors hold; the other cells run
+    them untraced, which is faster (CI time)."""
     install = "wheel" if otel == OTEL_LATEST else "editable"
-    requirements = [*otel_pins(otel), *COMPANION_PINS.get(otel, ()), *group("test")]
+    pins = lowest_declared_pins() if otel == OTEL_FLOOR else otel_pins(otel)
+    requirements = [*pins, *COMPANION_PINS.get(otel, ()), *group("test")]
     if install == "wheel":
         with built_distributions(session, sdists=False, packages=(CORE,)) as out_dir:
             session.install(f"{wheel_of(out_dir, 'lens-core')}[{CORE_EXTRAS}]", *requirements)
     else:
         session.install("-e", f"{CORE}[{CORE_EXTRAS}]", *requirements)
     show_versions(session)
+    if otel == OTEL_FLOOR:
+        if session.venv_backend == "uv":
+            session.run(uv_binary(), "pip", "check", external=True)
+        else:
+            session.run("python", "-m", "pip", "check")
     env = {"LENS_TEST_SHIMS": "none", "LENS_TEST_INSTALL": install}
     test_paths = ("packages/lens-core/tests", "tests")
     runner = ["python", "-m", "pytest"]
@@ -449,21 +451,6 @@ def lowest_declared_pins() -> list[str]:
             raise ValueError(f"lens-core declares {line!r} without exactly one '>=' lower bound")
         pins[requirement.name] = f"{requirement.name}=={lower[0]}"
     return sorted(pins.values())
-
-
-def run_minimum_dependency_tests(session: nox.Session) -> None:
-    """Editable lens-core[all] with each declared dependency pinned to its lower bound."""
-    pins = lowest_declared_pins()
-    session.install("-e", f"{CORE}[all]", *pins, *COMPANION_PINS[OTEL_FLOOR], *group("test"))
-    show_versions(session)
-    if session.venv_backend == "uv":
-        session.run(uv_binary(), "pip", "check", external=True)
-    else:
-        session.run("python", "-m", "pip", "check")
-    session.run(
-        "python", "-m", "pytest", "-m", ELSEWHERE, "packages/lens-core/tests", *session.posargs,
-        env={"LENS_TEST_INSTALL": "editable"},
-    )  # fmt: skip
 
 
 NO_SDK_CHECK = """\

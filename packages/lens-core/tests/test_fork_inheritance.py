@@ -204,3 +204,25 @@ def test_get_meter_in_a_child_without_setup_is_a_warned_no_op(
 
     assert in_child(child) == {"kinds": ["NoOpMeter"], "warnings": 1}
     assert type(nemo.lens.get_meter()).__name__ != "NoOpMeter"  # the parent is unaffected
+
+
+def test_the_inherited_handle_never_calls_into_the_parents_providers(
+    busy_parent: TelemetryHandle,
+) -> None:
+    """handle.get_meter()/get_tracer() in a child give no-ops, even while the parent's
+    provider locks are held across the fork (they stay held in the child for good)."""
+    pipeline = busy_parent._pipeline
+    assert pipeline is not None
+    assert pipeline.meter_provider is not None
+    meter_lock = pipeline.meter_provider._meter_lock  # the SDK's, taken by get_meter
+
+    def child() -> list[str]:
+        return [
+            type(busy_parent.get_meter("framework", "1.0")).__name__,
+            type(busy_parent.get_tracer("framework", "1.0")).__name__,
+        ]
+
+    with meter_lock:  # held at the fork, as by a parent thread creating a meter
+        kinds = in_child(child, timeout_s=20.0)
+    assert kinds == ["NoOpMeter", "NoOpTracer"]
+    assert type(busy_parent.get_meter("framework")).__name__ != "NoOpMeter"  # the parent's

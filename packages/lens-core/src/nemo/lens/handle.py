@@ -92,8 +92,9 @@ class TelemetryHandle:
         """A meter of this setup's provider under the caller's own scope; never raises.
 
         A framework passes its own name and version, so its series carry its scope
-        rather than lens's. A no-op setup's handle gives a no-op meter; a handle built by
-        hand, the global provider's.
+        rather than lens's. A no-op setup's handle gives a no-op meter, and so does the
+        handle a forked child inherited (it never calls into its parent's providers); a
+        handle built by hand, the global provider's.
 
         Args:
             name: The instrumentation scope, e.g. `"megatron.core"`.
@@ -103,6 +104,9 @@ class TelemetryHandle:
             if self._owns_nothing:
                 return metrics.NoOpMeter(name, version=version)
             pipeline = self._pipeline
+            if pipeline is not None and pipeline.owner_pid != os.getpid():
+                # A forked child: the parent's provider may hold a lock for good here.
+                return metrics.NoOpMeter(name, version=version)
             provider = None if pipeline is None else pipeline.meter_provider
             if provider is not None:
                 return provider.get_meter(name, version)
@@ -125,6 +129,8 @@ class TelemetryHandle:
             if self._owns_nothing:
                 return trace.NoOpTracer()
             pipeline = self._pipeline
+            if pipeline is not None and pipeline.owner_pid != os.getpid():
+                return trace.NoOpTracer()  # a forked child, as in get_meter
             provider = None if pipeline is None else pipeline.tracer_provider
             if provider is not None:
                 return provider.get_tracer(name, version)

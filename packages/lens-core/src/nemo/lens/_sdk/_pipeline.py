@@ -170,6 +170,9 @@ class Pipeline:
     readers_to_flush: list[MetricReader] = field(default_factory=list)
     #: The gate in front of the batch span processor, if there is one.
     span_gate: SpanQueueGate | None = None
+    #: The process that built it: a forked child must not call into its providers, whose
+    #: locks a parent thread may have held at the fork.
+    owner_pid: int = field(default_factory=os.getpid)
 
     def shutdown_lanes(self) -> list[_shutdown.Lane]:
         """Shutdown's work, one lane per signal (metrics, traces, logs); each exports once.

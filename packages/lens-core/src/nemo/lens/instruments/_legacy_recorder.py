@@ -70,7 +70,12 @@ class LegacyRecorder:
         self.once = WarnOnce(logger, function)
 
     def record(self, meter: Any, values: Mapping[str, object]) -> None:
-        """Record the non-None `values` (key -> value) into the group; never raises.
+        """Record `values` (key -> value) into the group; never raises.
+
+        `values` holds only the keywords the caller gave: the shim leaves out each None
+        itself (with plain `if`s, the cheapest way), since every None passed on would
+        cost `record_metrics` a slow look-up of its own, and legacy callers usually pass
+        a few keywords of many.
 
         Called directly by the shim's legacy function: the deprecation warning names the
         line that called that function.
@@ -78,10 +83,7 @@ class LegacyRecorder:
         try:
             if self.group not in GROUPS:
                 self._register_legacy_group()
-            # Only the values given: each None passed on would cost record_metrics a slow
-            # look-up of its own, and legacy callers usually pass a few keywords.
-            given = {key: value for key, value in values.items() if value is not None}
-            record_metrics(meter, self.group, given)
+            record_metrics(meter, self.group, values)
         except Exception as exc:  # never break the training step
             if self.once.first(("failure", type(exc).__name__)):
                 self._logger.warning(

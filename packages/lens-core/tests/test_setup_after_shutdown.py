@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -127,3 +128,35 @@ def test_the_next_setup_owns_the_globals_the_span_helpers_and_get_meter_use(
     assert [span.name for span in exporter.get_finished_spans()] == ["sweep.trial"]
     assert first_exporter.get_finished_spans() == ()
     assert _total(reader, "sweep.trials") == [3]
+
+
+def test_a_shutdown_never_waits_for_ever_on_a_setup_stuck_in_another_thread() -> None:
+    """A setup stuck on another thread (holding the setup lock) cannot stall a shutdown:
+    it exports and returns, and only the guard stays set."""
+    reader = InMemoryMetricReader()
+    live = setup_telemetry(_config(), metric_reader=reader)
+    live.meter.create_counter("sweep.trials").add(1)
+    holding, release = threading.Event(), threading.Event()
+
+    def stuck_setup() -> None:
+        with nemo.lens.handle._setup_lock:
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=stuck_setup, daemon=True)
+    thread.start()
+    assert holding.wait(10)
+    try:
+        finished = threading.Event()
+
+        def shut_down() -> None:
+            live.shutdown(timeout_ms=2000)
+            finished.set()
+
+        threading.Thread(target=shut_down, daemon=True).start()
+        assert finished.wait(15), "shutdown waited on the stuck setup"
+        assert nemo.lens.handle._INITIALIZED is True  # the guard could not be released
+    finally:
+        release.set()
+        thread.join(10)
+    reset_init_guard()

@@ -51,6 +51,9 @@ _live_handle: TelemetryHandle | None = None
 # OpenTelemetry's globals are set once; a setup that follows a finished one forgets these,
 # so its own providers become the globals that the span helpers and get_meter() use.
 _lens_globals: list[object] = []
+# How long a shutdown waits for a setup running on another thread before it leaves the
+# setup guard set (it then shuts down all the same).
+_GUARD_RELEASE_WAIT_S = 1.0
 # Re-entrant, so a custom export strategy that calls back into lens cannot deadlock.
 _setup_lock = threading.RLock()
 
@@ -336,12 +339,21 @@ def _sdk_disabled_by_env(selected: bool) -> bool:
 
 
 def _release_init_guard(handle: TelemetryHandle) -> None:
-    """`handle` was shut down: if it is the live setup's, another setup may follow."""
+    """`handle` was shut down: if it is the live setup's, another setup may follow.
+
+    Bounded: a shutdown (at exit, from a signal handler) must not wait for ever on a setup
+    another thread is stuck in (a custom strategy waiting on a collective, say); then the
+    guard simply stays set.
+    """
     global _INITIALIZED, _live_handle
-    with _setup_lock:
+    if not _setup_lock.acquire(timeout=_GUARD_RELEASE_WAIT_S):
+        return
+    try:
         if _live_handle is handle:
             _INITIALIZED = False
             _live_handle = None
+    finally:
+        _setup_lock.release()
 
 
 def _check_rank(rank: object, world_size: object) -> tuple[int | None, int | None]:

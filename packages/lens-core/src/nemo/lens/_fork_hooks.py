@@ -39,6 +39,7 @@ FORK_ORDER: Final = (
     # Child-only hooks: nothing here takes a lock.
     "setup guard",
     "inherited instruments",
+    "coalescing buffers",
     "open spans",
     "prometheus endpoint",
     "span ids",

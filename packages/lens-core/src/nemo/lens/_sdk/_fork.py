@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from nemo.lens import _fork_hooks, _otel_internals
@@ -46,12 +46,16 @@ _gate = threading.RLock()
 _gate_held_for_fork = False
 
 
-def gate_metric_reader(reader: MetricReader, owner_pid: int) -> bool:
+def gate_metric_reader(
+    reader: MetricReader, owner_pid: int, before_collect: Callable[[], None] | None = None
+) -> bool:
     """Make `reader` collect nothing outside `owner_pid`, and collect under the fork gate.
 
     The gate wraps the collection callback the `MeterProvider` gave the reader (the one
-    point every reader, periodic, pull or in-memory, collects through). Returns False,
-    leaving the reader as it was, on an SDK release without that callback.
+    point every reader, periodic, pull or in-memory, collects through). `before_collect`,
+    if given, runs just before each collection, outside the gate (coalesced recording
+    hands its buffered values to the SDK there). Returns False, leaving the reader as it was, on
+    an SDK release without that callback.
     """
     original = _otel_internals.collect_callback(reader)
     if original is None:
@@ -65,6 +69,10 @@ def gate_metric_reader(reader: MetricReader, owner_pid: int) -> bool:
     def collect_in_owner(*args: Any, **kwargs: Any) -> Any:
         if os.getpid() != owner_pid:
             return None  # a forked child: the inherited points are the parent's to export
+        if before_collect is not None:
+            # Outside the gate: like recording, it only adds to the SDK's storage, and a
+            # fork need not wait for it (a child never touches its parent's instruments).
+            before_collect()
         with _gate:
             return original(*args, **kwargs)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from nemo.lens import _inheritance, _otel_env, _otel_internals, _resource, _shutdown
-from nemo.lens._sdk import _exporters, _fork
+from nemo.lens._sdk import _coalescing, _exporters, _fork
 from nemo.lens._sdk._ids import build_id_generator
 from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
 from nemo.lens._sdk._sampling import build_sampler
@@ -341,7 +341,7 @@ def build_pipeline(
             )
             if not isinstance(reader, PeriodicExportingMetricReader):
                 pipeline.readers_to_flush.append(reader)
-            _fork.gate_metric_reader(reader, owner_pid)
+            _coalescing.coalesce_recording(pipeline.meter_provider, [reader], owner_pid)
         if traces_on:
             exporter = span_exporter
             if exporter is None:

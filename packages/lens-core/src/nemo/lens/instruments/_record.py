@@ -27,7 +27,7 @@ from nemo.lens._attributes import (
     is_encodable,
 )
 from nemo.lens._otel_internals import ProxyMeter, real_meter_of
-from nemo.lens.instruments import _cardinality, _registry
+from nemo.lens.instruments import _cardinality, _coalesce, _registry
 from nemo.lens.instruments._registry import GROUPS, UNREGISTERED, Emitter, MeterCache, MetricGroup
 from nemo.lens.instruments._spec import (
     METRIC_KINDS,
@@ -204,13 +204,16 @@ def _attach(state: MetricGroup, meter: Any) -> MeterCache | None:
             # In a forked child, a meter of a provider the parent had is never recorded
             # through (its SDK locks may be held for good); see nemo.lens._inheritance.
             inherited = _inheritance.is_inherited_meter(meter)
+            buffer = None
             if not inherited:
                 _inheritance.note_meter(meter)
+                buffer = _coalesce.buffer_for(meter)
             with _registry.lock:
                 cache = meters.get(meter_id)
                 if cache is None:
                     cache = meters[meter_id] = MeterCache(ref)
                     cache.inherited = inherited
+                    cache.buffer = buffer
             return cache
     state.warnings.warn(
         ("meter", type(meter).__qualname__),
@@ -301,6 +304,8 @@ def _create_emitter(
             try:
                 instrument, advisory_error = _create_instrument(meter, spec, create_name)
                 emit = getattr(instrument, record_name)
+                if cache.buffer is not None and spec.kind in _coalesce.COALESCED_KINDS:
+                    emit = cache.buffer.instrument(emit, spec.kind)
             except Exception as exc:
                 cache.failed.add(spec.key)
                 error = exc

@@ -11,12 +11,15 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from nemo.lens import _fork_hooks
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.errors import LensTypeError, LensValueError
 from nemo.lens.instruments._spec import MetricSpec
+
+if TYPE_CHECKING:
+    from nemo.lens.instruments._coalesce import CoalescingBuffer
 
 _logger = logging.getLogger(__name__)
 
@@ -26,7 +29,7 @@ Emitter: TypeAlias = tuple[Callable[..., object], int]
 class MeterCache:
     """The instruments one group has created on one meter, which it holds weakly."""
 
-    __slots__ = ("bounded", "emitters", "failed", "inherited", "ref")
+    __slots__ = ("bounded", "buffer", "emitters", "failed", "inherited", "ref")
 
     def __init__(self, ref: Any) -> None:
         self.ref = ref
@@ -41,6 +44,9 @@ class MeterCache:
         #: True in a forked child for a meter the parent recorded on: never recorded
         #: into again there (see `_drop_inherited_instruments`).
         self.inherited = False
+        #: Where this meter's gauges and sums are buffered until a collection (a meter of
+        #: a provider lens's pipeline built), or None: recorded directly.
+        self.buffer: CoalescingBuffer | None = None
 
 
 class MetricGroup:
@@ -79,6 +85,7 @@ def _drop_inherited_instruments() -> None:
             cache.emitters = {}
             cache.bounded = {}
             cache.inherited = True
+            cache.buffer = None
 
 
 _fork_hooks.register("inherited instruments", after_in_child=_drop_inherited_instruments)

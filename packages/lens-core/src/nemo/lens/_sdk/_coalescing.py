@@ -1,0 +1,71 @@
+"""Coalesced recording for the meter provider of a lens pipeline (see
+`nemo.lens.instruments._coalesce`): its buffer, registered for the provider and flushed
+before each of its readers collects.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from nemo.lens import _otel_internals
+from nemo.lens._sdk import _fork
+from nemo.lens.instruments import _coalesce
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader
+
+
+def coalesce_recording(
+    meter_provider: MeterProvider, readers: Sequence[MetricReader], owner_pid: int
+) -> _coalesce.CoalescingBuffer | None:
+    """Gate `readers` (see `_fork.gate_metric_reader`) and make `record_metrics` on
+    `meter_provider`'s meters coalesce into a buffer that each collection flushes first.
+
+    Returns the buffer, or None where values stay direct: a reader could not be gated (it
+    would collect without the flush), or how the SDK keys series could not be told.
+    """
+    keyed_by_type = sdk_keys_by_type()
+    series_key = _coalesce.typed_series_key if keyed_by_type else _coalesce.plain_series_key
+    buffer = _coalesce.CoalescingBuffer(series_key)
+    gated = [_fork.gate_metric_reader(reader, owner_pid, buffer.flush) for reader in readers]
+    consumer = _otel_internals.provider_consumer(meter_provider)
+    if keyed_by_type is None or not all(gated) or consumer is None:
+        return None
+    from opentelemetry.sdk.metrics import Meter
+
+    _coalesce.register(consumer, buffer, Meter)
+    return buffer
+
+
+@functools.cache
+def sdk_keys_by_type() -> bool | None:
+    """True when the installed SDK keeps `{"k": 1}` and `{"k": True}` as two series.
+
+    Releases differ (older ones key series by `frozenset(attributes.items())`, in which
+    1 == True == 1.0); asked once, of a throwaway provider, through the public API only.
+    None if the probe itself failed.
+    """
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(
+        metric_readers=[reader], resource=Resource.get_empty(), shutdown_on_exit=False
+    )
+    try:
+        counter = provider.get_meter("nemo.lens.series-key-probe").create_counter("probe")
+        counter.add(1, {"probe": 1})
+        counter.add(1, {"probe": True})
+        data = reader.get_metrics_data()
+        if data is None:
+            return None
+        points = data.resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
+        return len(points) == 2
+    except Exception:  # an SDK that answers otherwise (disabled): keep values direct
+        return None
+    finally:
+        provider.shutdown()

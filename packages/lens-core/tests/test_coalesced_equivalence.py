@@ -1,0 +1,216 @@
+"""Coalesced recording exports exactly what direct recording exports (issue 14).
+
+Hypothesis drives two meter providers with the same random sequence of `record_metrics`
+calls and collections: one coalesces (lens's pipeline mechanism,
+`_coalescing.coalesce_recording`), the other is a provider lens did not build, so it
+records directly. After every collection, every reader of both must hold the same
+points: same instruments, kinds, units, descriptions, values (type and bits),
+attributes (with their types) and the same presence per interval. Timestamps and
+exemplars are left out (the SDK stamps a coalesced value at its collection and samples
+no exemplar for it). Readers: one cumulative, one delta, or both at once.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk.metrics")
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.metrics import (
+    Counter,
+    Histogram,
+    MeterProvider,
+    ObservableCounter,
+    ObservableGauge,
+    ObservableUpDownCounter,
+    UpDownCounter,
+)
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+
+from nemo.lens import MetricSpec, record_metrics, register_metric_group
+from nemo.lens._sdk import _coalescing
+from nemo.lens.instruments import _coalesce
+
+GROUP = "equivalence"
+SPECS = [
+    MetricSpec("g", "eq.gauge", "gauge", unit="1", description="a gauge"),
+    MetricSpec("g2", "eq.gauge2", "gauge"),
+    MetricSpec("c", "eq.counter", "counter", unit="{item}", description="a counter"),
+    MetricSpec("u", "eq.updown", "up_down_counter", unit="By"),
+    MetricSpec("h", "eq.histogram", "histogram", unit="ms", buckets=[1.0, 10.0, 100.0]),
+]
+KEYS = [spec.key for spec in SPECS]
+
+_DELTA: dict[type, AggregationTemporality] = dict.fromkeys(
+    (
+        Counter,
+        UpDownCounter,
+        Histogram,
+        ObservableCounter,
+        ObservableUpDownCounter,
+        ObservableGauge,
+    ),
+    AggregationTemporality.DELTA,
+)
+# Reader setups: the temporality of each reader of one provider.
+READER_SETUPS = {
+    "cumulative": ("cumulative",),
+    "delta": ("delta",),
+    "cumulative+delta": ("cumulative", "delta"),
+}
+
+values = st.one_of(
+    st.integers(min_value=-(2**40), max_value=2**40),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0, -0.0, 0.0, 2**62, -(2**62), 1e308, 0.1, 0.2]),
+    st.none(),
+)
+# Attribute sets whose values Python finds equal (1, True, 1.0) but the SDK may keep
+# apart, key orders, tuples, and no attributes at all.
+attribute_sets = st.sampled_from(
+    [
+        None,
+        {},
+        {"a": 1},
+        {"a": True},
+        {"a": 1.0},
+        {"a": "1"},
+        {"a": 1, "b": "y"},
+        {"b": "y", "a": 1},
+        {"t": (1, 2)},
+        {"t": (True, False)},
+        {"t": (1.0, 2.0)},
+        {"t": ()},
+        {"rank": 3, "role": "policy", "step_kind": "train"},
+    ]
+)
+record_calls = st.tuples(
+    st.just("record"),
+    st.dictionaries(st.sampled_from(KEYS), values, min_size=1, max_size=len(KEYS)),
+    attribute_sets,
+)
+operations = st.lists(
+    st.one_of(record_calls, record_calls, record_calls, st.just(("collect",))),
+    min_size=1,
+    max_size=40,
+)
+
+
+def build(setup: tuple[str, ...], coalesced: bool) -> tuple[Any, Any, list[InMemoryMetricReader]]:
+    readers = [
+        InMemoryMetricReader(preferred_temporality=_DELTA if kind == "delta" else None)
+        for kind in setup
+    ]
+    provider = MeterProvider(
+        metric_readers=readers, resource=Resource.get_empty(), shutdown_on_exit=False
+    )
+    if coalesced:
+        buffer = _coalescing.coalesce_recording(provider, readers, os.getpid())
+        assert buffer is not None
+    meter = provider.get_meter("nemo.lens.equivalence")
+    return provider, meter, readers
+
+
+def exact(value: object) -> tuple[str, object]:
+    """A value with its type and, for floats, its bits (-0.0 and 0.0 differ)."""
+    if type(value) is float:
+        return ("float", struct.pack("<d", value))
+    return (type(value).__name__, value)
+
+
+def typed_attributes(attributes: Any) -> tuple[Any, ...]:
+    return tuple(
+        sorted((key, type(value).__name__, repr(value)) for key, value in attributes.items())
+    )
+
+
+def point_fields(point: Any) -> tuple[Any, ...]:
+    if hasattr(point, "bucket_counts"):
+        return (
+            "histogram",
+            point.count,
+            exact(point.sum),
+            tuple(point.bucket_counts),
+            tuple(point.explicit_bounds),
+            exact(point.min),
+            exact(point.max),
+        )
+    return ("number", exact(point.value))
+
+
+def exported(reader: InMemoryMetricReader) -> dict[str, Any]:
+    """Collect; metric name -> its kind, unit, description and points (order-free)."""
+    data = reader.get_metrics_data()
+    result: dict[str, Any] = {}
+    if data is None:
+        return result
+    for resource_metrics in data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                points = sorted(
+                    (typed_attributes(point.attributes), point_fields(point))
+                    for point in metric.data.data_points
+                )
+                result[metric.name] = (
+                    type(metric.data).__name__,
+                    metric.unit,
+                    metric.description,
+                    getattr(metric.data, "aggregation_temporality", None),
+                    getattr(metric.data, "is_monotonic", None),
+                    tuple(points),
+                )
+    return result
+
+
+@pytest.mark.parametrize("setup", list(READER_SETUPS.values()), ids=list(READER_SETUPS))
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(sequence=operations)
+def test_coalesced_recording_exports_what_direct_recording_exports(
+    setup: tuple[str, ...], sequence: list[tuple[Any, ...]]
+) -> None:
+    register_metric_group(GROUP, SPECS, allow_override=True)
+    direct_provider, direct_meter, direct_readers = build(setup, coalesced=False)
+    lens_provider, lens_meter, lens_readers = build(setup, coalesced=True)
+    try:
+        assert _coalesce.buffer_for(direct_meter) is None
+        assert _coalesce.buffer_for(lens_meter) is not None
+        # A final collection, so values recorded after the last one are compared too.
+        for operation in [*sequence, ("collect",)]:
+            if operation[0] == "record":
+                _, recorded, attributes = operation
+                record_metrics(direct_meter, GROUP, recorded, attributes=attributes)
+                record_metrics(lens_meter, GROUP, recorded, attributes=attributes)
+                continue
+            for direct_reader, lens_reader in zip(direct_readers, lens_readers, strict=True):
+                assert exported(lens_reader) == exported(direct_reader)
+    finally:
+        direct_provider.shutdown()
+        lens_provider.shutdown()
+
+
+def test_gauges_and_sums_are_buffered_and_histograms_recorded_directly() -> None:
+    """Before a collection the gauge and counter wait in lens's buffer; the histogram is
+    already in the SDK (what makes the equivalence above a test of coalescing)."""
+    provider, meter, readers = build(("cumulative",), coalesced=True)
+    try:
+        record_metrics(meter, GROUP, g=1.5, c=2, h=3.0)
+        buffer = _coalesce.buffer_for(meter)
+        assert buffer is not None
+        pending = {id(instrument) for instrument in buffer._dirty}
+        assert len(pending) == 2
+        names = set(exported(readers[0]))
+        assert names == {"eq.gauge", "eq.counter", "eq.histogram"}
+        assert buffer._dirty == []
+    finally:
+        provider.shutdown()

@@ -1,0 +1,287 @@
+"""Coalesced recording on lens's own pipeline: what it buffers, when it flushes, and that
+threads, fork, force_flush and shutdown lose nothing (issue 14)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk.metrics")
+
+from opentelemetry.sdk.metrics import (
+    Counter,
+    Histogram,
+    MeterProvider,
+    UpDownCounter,
+)
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    InMemoryMetricReader,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.trace import TracerProvider
+from support.lens_fork import in_child
+
+from nemo.lens import (
+    MetricSpec,
+    NemoLensConfig,
+    TelemetryHandle,
+    record_metrics,
+    register_metric_group,
+    setup_telemetry,
+)
+from nemo.lens.instruments import _coalesce
+from nemo.lens.testing import isolated_telemetry
+
+GROUP = "coalesced"
+SPECS = [
+    MetricSpec("loss", "co.loss", "gauge"),
+    MetricSpec("tokens", "co.tokens", "counter"),
+    MetricSpec("queue", "co.queue", "up_down_counter"),
+    MetricSpec("step_ms", "co.step_ms", "histogram", unit="ms"),
+]
+DELTA: dict[type, AggregationTemporality] = {
+    Counter: AggregationTemporality.DELTA,
+    UpDownCounter: AggregationTemporality.DELTA,
+    Histogram: AggregationTemporality.DELTA,
+}
+
+
+class KeepingExporter(MetricExporter):
+    """Keeps every batch it is asked to export."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[MetricsData] = []
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        self.batches.append(metrics_data)
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        return None
+
+
+def values_of(data: MetricsData | None, name: str) -> list[Any]:
+    """Every point value of metric `name` in one collection's data."""
+    if data is None:
+        return []
+    return [
+        getattr(point, "value", None)
+        for resource_metrics in data.resource_metrics
+        for scope in resource_metrics.scope_metrics
+        for metric in scope.metrics
+        if metric.name == name
+        for point in metric.data.data_points
+    ]
+
+
+def pending_series(handle: TelemetryHandle) -> int:
+    buffer = _coalesce.buffer_for(handle.meter)
+    assert buffer is not None
+    with buffer._lock:
+        return sum(len(pending._series) for pending in buffer._dirty)
+
+
+@pytest.fixture(autouse=True)
+def _isolated() -> Iterator[None]:
+    with isolated_telemetry():
+        register_metric_group(GROUP, SPECS)
+        yield
+
+
+def in_memory_setup(**reader_options: Any) -> tuple[TelemetryHandle, InMemoryMetricReader]:
+    reader = InMemoryMetricReader(**reader_options)
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True, traces_enabled=False), metric_reader=reader
+    )
+    return handle, reader
+
+
+def test_setup_meters_coalesce_and_other_meters_record_directly() -> None:
+    handle, reader = in_memory_setup()
+    own = MeterProvider(metric_readers=[InMemoryMetricReader()], shutdown_on_exit=False)
+    try:
+        assert _coalesce.buffer_for(handle.meter) is not None
+        assert _coalesce.buffer_for(handle.get_meter("another.scope")) is not None
+        assert _coalesce.buffer_for(own.get_meter("not.lens")) is None
+        record_metrics(handle.meter, GROUP, loss=0.5, tokens=3, step_ms=2.0)
+        assert pending_series(handle) == 2  # the gauge and the counter; not the histogram
+        # A reader sees the values right after record_metrics, as with direct recording.
+        data = reader.get_metrics_data()
+        assert values_of(data, "co.loss") == [0.5]
+        assert values_of(data, "co.tokens") == [3]
+        assert pending_series(handle) == 0
+    finally:
+        own.shutdown()
+        handle.shutdown()
+
+
+def test_a_collection_hands_over_the_last_gauge_value_and_the_interval_sum() -> None:
+    handle, reader = in_memory_setup(preferred_temporality=DELTA)
+    try:
+        for step in range(5):
+            record_metrics(handle.meter, GROUP, loss=float(step), tokens=10, queue=-1)
+        data = reader.get_metrics_data()
+        assert values_of(data, "co.loss") == [4.0]
+        assert values_of(data, "co.tokens") == [50]
+        assert values_of(data, "co.queue") == [-5]
+        # Nothing recorded since: a delta reader reports no sum (and the buffer is empty).
+        assert values_of(reader.get_metrics_data(), "co.tokens") == []
+    finally:
+        handle.shutdown()
+
+
+def test_flushed_series_leave_the_buffer() -> None:
+    """Memory stays bounded: after a collection the buffer holds no series at all, even
+    for attribute sets that never come back."""
+    handle, reader = in_memory_setup()
+    try:
+        for sample in range(200):
+            record_metrics(handle.meter, GROUP, loss=1.0, attributes={"sample": sample})
+        assert pending_series(handle) == 200
+        reader.get_metrics_data()
+        assert pending_series(handle) == 0
+    finally:
+        handle.shutdown()
+
+
+def test_invalid_values_are_refused_at_record_time(caplog: pytest.LogCaptureFixture) -> None:
+    handle, reader = in_memory_setup()
+    try:
+        with caplog.at_level(logging.WARNING, logger="nemo.lens"):
+            record_metrics(handle.meter, GROUP, loss=math.nan, tokens=-3, queue=True)
+        # Before any collection: the warnings are there and nothing was buffered.
+        messages = " ".join(record.getMessage() for record in caplog.records)
+        assert "'loss'" in messages
+        assert "not finite" in messages
+        assert "'tokens'" in messages
+        assert ">= 0" in messages
+        assert "'queue'" in messages
+        assert "bool" in messages
+        assert pending_series(handle) == 0
+        assert values_of(reader.get_metrics_data(), "co.loss") == []
+    finally:
+        handle.shutdown()
+
+
+def test_sixteen_threads_adding_to_one_counter_give_the_exact_sum() -> None:
+    """While a reader collects (delta) all along, no add is lost or counted twice."""
+    handle, reader = in_memory_setup(preferred_temporality=DELTA)
+    threads_n, adds_n = 16, 2_000
+    start = threading.Barrier(threads_n + 1)
+    collected: list[int] = []
+    done = threading.Event()
+
+    def add() -> None:
+        start.wait(10)
+        for _ in range(adds_n):
+            record_metrics(handle.meter, GROUP, tokens=1, attributes={"part": "a"})
+
+    def collect() -> None:
+        start.wait(10)
+        while not done.is_set():
+            collected.extend(values_of(reader.get_metrics_data(), "co.tokens"))
+
+    workers = [threading.Thread(target=add) for _ in range(threads_n)]
+    collector = threading.Thread(target=collect)
+    try:
+        for thread in [*workers, collector]:
+            thread.start()
+        for thread in workers:
+            thread.join(60)
+        done.set()
+        collector.join(60)
+        collected.extend(values_of(reader.get_metrics_data(), "co.tokens"))
+        assert sum(collected) == threads_n * adds_n
+        assert len(collected) > 1  # the collector did run in between
+    finally:
+        handle.shutdown()
+
+
+def test_force_flush_and_shutdown_export_every_buffered_value() -> None:
+    exporter = KeepingExporter()
+    # An interval that never elapses in the test: only force_flush and shutdown export.
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=600_000)
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True, traces_enabled=False), metric_reader=reader
+    )
+    record_metrics(handle.meter, GROUP, loss=0.25, tokens=7)
+    assert handle.force_flush()
+    assert values_of(exporter.batches[-1], "co.tokens") == [7]
+    assert values_of(exporter.batches[-1], "co.loss") == [0.25]
+    record_metrics(handle.meter, GROUP, loss=0.75, tokens=5)
+    handle.shutdown()
+    assert values_of(exporter.batches[-1], "co.tokens") == [12]
+    assert values_of(exporter.batches[-1], "co.loss") == [0.75]
+
+
+def test_a_forked_child_starts_empty_and_never_flushes_the_parent_values() -> None:
+    handle, reader = in_memory_setup(preferred_temporality=DELTA)
+    try:
+        record_metrics(handle.meter, GROUP, tokens=4)  # pending in the parent at the fork
+
+        def child() -> dict[str, Any]:
+            inherited_buffer = _coalesce.buffer_for(handle.meter)
+            record_metrics(handle.meter, GROUP, tokens=100)  # a warned no-op here
+            inherited_collect = reader.get_metrics_data()
+            own_reader = InMemoryMetricReader()
+            own = setup_telemetry(
+                NemoLensConfig(enabled=True, traces_enabled=False), metric_reader=own_reader
+            )
+            record_metrics(own.meter, GROUP, tokens=1)
+            own_buffer = _coalesce.buffer_for(own.meter)
+            own_values = values_of(own_reader.get_metrics_data(), "co.tokens")
+            own.shutdown()
+            return {
+                "inherited_buffer": inherited_buffer is not None,
+                "inherited_collect": inherited_collect is not None,
+                "own_buffer": own_buffer is not None,
+                "own_values": own_values,
+            }
+
+        assert in_child(child) == {
+            "inherited_buffer": False,
+            "inherited_collect": False,
+            "own_buffer": True,
+            "own_values": [1],
+        }
+        # The parent's pending value is still the parent's, once.
+        assert values_of(reader.get_metrics_data(), "co.tokens") == [4]
+    finally:
+        handle.shutdown()
+
+
+def test_coalesced_values_get_no_exemplars_even_when_collected_inside_a_span() -> None:
+    handle, reader = in_memory_setup()
+    tracer = TracerProvider().get_tracer("exemplars")
+    try:
+        with tracer.start_as_current_span("step"):
+            record_metrics(handle.meter, GROUP, loss=1.0, tokens=1, step_ms=5.0)
+            data = reader.get_metrics_data()
+        assert data is not None
+        points = {
+            metric.name: metric.data.data_points[0]
+            for scope in data.resource_metrics[0].scope_metrics
+            for metric in scope.metrics
+        }
+        if not hasattr(points["co.step_ms"], "exemplars"):
+            pytest.skip("this SDK release samples no exemplars")
+        assert points["co.step_ms"].exemplars  # direct: sampled inside the span
+        assert not points["co.loss"].exemplars
+        assert not points["co.tokens"].exemplars
+    finally:
+        handle.shutdown()

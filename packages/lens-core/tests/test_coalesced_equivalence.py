@@ -7,7 +7,8 @@ records directly. After every collection, every reader of both must hold the sam
 points: same instruments, kinds, units, descriptions, values (type and bits),
 attributes (with their types) and the same presence per interval. Timestamps and
 exemplars are left out (the SDK stamps a coalesced value at its collection and samples
-no exemplar for it). Readers: one cumulative, one delta, or both at once.
+no exemplar for it). Readers: one cumulative, one delta, or both at once, collected
+together or each at its own moments.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk.metrics")
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import (
     Counter,
@@ -96,8 +97,11 @@ record_calls = st.tuples(
     st.dictionaries(st.sampled_from(KEYS), values, min_size=1, max_size=len(KEYS)),
     attribute_sets,
 )
+# A collection of every reader, or of one (readers of one provider collect at their own
+# moments: a periodic OTLP export and a Prometheus scrape).
+collections = st.tuples(st.just("collect"), st.sampled_from(["all", 0, 1]))
 operations = st.lists(
-    st.one_of(record_calls, record_calls, record_calls, st.just(("collect",))),
+    st.one_of(record_calls, record_calls, record_calls, collections),
     min_size=1,
     max_size=40,
 )
@@ -176,6 +180,16 @@ def exported(reader: InMemoryMetricReader) -> dict[str, Any]:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(sequence=operations)
+# Floats a second reader would sum in another grouping (0.1 + 0.5, not 0.1 + 0.2 + 0.3).
+@example(
+    sequence=[
+        ("record", {"c": 0.1, "u": 0.1}, None),
+        ("collect", 0),
+        ("record", {"c": 0.2, "u": 0.2}, None),
+        ("record", {"c": 0.3, "u": 0.3}, None),
+        ("collect", 1),
+    ]
+)
 def test_coalesced_recording_exports_what_direct_recording_exports(
     setup: tuple[str, ...], sequence: list[tuple[Any, ...]]
 ) -> None:
@@ -186,13 +200,17 @@ def test_coalesced_recording_exports_what_direct_recording_exports(
         assert _coalesce.buffer_for(direct_meter) is None
         assert _coalesce.buffer_for(lens_meter) is not None
         # A final collection, so values recorded after the last one are compared too.
-        for operation in [*sequence, ("collect",)]:
+        for operation in [*sequence, ("collect", "all")]:
             if operation[0] == "record":
                 _, recorded, attributes = operation
                 record_metrics(direct_meter, GROUP, recorded, attributes=attributes)
                 record_metrics(lens_meter, GROUP, recorded, attributes=attributes)
                 continue
-            for direct_reader, lens_reader in zip(direct_readers, lens_readers, strict=True):
+            which = operation[1]
+            pairs = list(zip(direct_readers, lens_readers, strict=True))
+            if which != "all" and which < len(pairs):
+                pairs = [pairs[which]]
+            for direct_reader, lens_reader in pairs:
                 assert exported(lens_reader) == exported(direct_reader)
     finally:
         direct_provider.shutdown()
@@ -202,6 +220,7 @@ def test_coalesced_recording_exports_what_direct_recording_exports(
 def test_gauges_and_sums_are_buffered_and_histograms_recorded_directly() -> None:
     """Before a collection the gauge and counter wait in lens's buffer; the histogram is
     already in the SDK (what makes the equivalence above a test of coalescing)."""
+    register_metric_group(GROUP, SPECS)
     provider, meter, readers = build(("cumulative",), coalesced=True)
     try:
         record_metrics(meter, GROUP, g=1.5, c=2, h=3.0)
@@ -212,5 +231,19 @@ def test_gauges_and_sums_are_buffered_and_histograms_recorded_directly() -> None
         names = set(exported(readers[0]))
         assert names == {"eq.gauge", "eq.counter", "eq.histogram"}
         assert buffer._dirty == []
+    finally:
+        provider.shutdown()
+
+
+def test_with_two_readers_only_gauges_are_buffered() -> None:
+    """A second reader collecting at other moments would sum buffered floats in another
+    grouping than direct recording, so sums stay direct there."""
+    register_metric_group(GROUP, SPECS)
+    provider, meter, _ = build(("cumulative", "delta"), coalesced=True)
+    try:
+        record_metrics(meter, GROUP, g=1.5, c=2, u=1, h=3.0)
+        buffer = _coalesce.buffer_for(meter)
+        assert buffer is not None
+        assert len(buffer._dirty) == 1
     finally:
         provider.shutdown()

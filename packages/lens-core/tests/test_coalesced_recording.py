@@ -92,7 +92,7 @@ def values_of(data: MetricsData | None, name: str) -> list[Any]:
 def pending_series(handle: TelemetryHandle) -> int:
     buffer = _coalesce.buffer_for(handle.meter)
     assert buffer is not None
-    with buffer._lock:
+    with buffer.lock:
         return sum(len(pending._series) for pending in buffer._dirty)
 
 

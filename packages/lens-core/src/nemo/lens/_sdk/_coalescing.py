@@ -22,14 +22,16 @@ def coalesce_recording(
     meter_provider: MeterProvider, readers: Sequence[MetricReader], owner_pid: int
 ) -> _coalesce.CoalescingBuffer | None:
     """Gate `readers` (see `_fork.gate_metric_reader`) and make `record_metrics` on
-    `meter_provider`'s meters coalesce into a buffer that each collection flushes first.
+    `meter_provider`'s meters coalesce into a buffer that each collection flushes first:
+    gauges always, counters and up-down counters with a single reader (lens's pipeline
+    builds one; see `CoalescingBuffer`).
 
     Returns the buffer, or None where values stay direct: a reader could not be gated (it
     would collect without the flush), or how the SDK keys series could not be told.
     """
     keyed_by_type = sdk_keys_by_type()
     series_key = _coalesce.typed_series_key if keyed_by_type else _coalesce.plain_series_key
-    buffer = _coalesce.CoalescingBuffer(series_key)
+    buffer = _coalesce.CoalescingBuffer(series_key, coalesce_sums=len(readers) == 1)
     gated = [_fork.gate_metric_reader(reader, owner_pid, buffer.flush) for reader in readers]
     consumer = _otel_internals.provider_consumer(meter_provider)
     if keyed_by_type is None or not all(gated) or consumer is None:

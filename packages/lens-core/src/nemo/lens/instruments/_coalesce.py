@@ -18,8 +18,9 @@ What differs: the SDK samples no exemplars for coalesced values (they reach it o
 the span that recorded them), and a measurement's timestamp is its collection's.
 
 Values are validated by `record_metrics` before they get here; nothing here raises on
-the recording path. Thread-safe: one lock per buffer, held for a few dict operations,
-never while calling the SDK. A forked child forgets every buffer (its parent's pending
+the recording path. Thread-safe: `record_metrics` holds the buffer's lock for one call
+(a few dict operations per value), and a flush holds it only to take the values, never
+while handing them to the SDK. A forked child forgets every buffer (its parent's pending
 values are the parent's to export; see `nemo.lens._fork`).
 """
 
@@ -80,22 +81,54 @@ def typed_series_key(attributes: Mapping[str, object]) -> frozenset[Any]:
 class CoalescingBuffer:
     """The values recorded on one pipeline's coalesced instruments since its last collection.
 
+    `record_metrics` holds `lock` for the whole of one call on a coalescing meter, so the
+    record methods below take no lock of their own and a call's attribute set is keyed
+    and copied once, not once per value.
+
     Args:
         series_key: How the installed SDK tells attribute sets apart
             (`plain_series_key` or `typed_series_key`): a buffered series must be exactly
             one SDK series, or a gauge's last value could be handed over out of order.
+        coalesce_sums: Also buffer counters and up-down counters. Only right with one
+            reader: every reader's storage gets what a flush hands over, so a second
+            reader, collecting at other moments, would sum the same floats in another
+            grouping (and round differently) than direct recording.
     """
 
-    __slots__ = ("__weakref__", "_dirty", "_flush_lock", "_lock", "series_key")
+    __slots__ = (
+        "__weakref__",
+        "_call_attributes",
+        "_call_series",
+        "_dirty",
+        "_flush_lock",
+        "coalesce_sums",
+        "lock",
+        "series_key",
+    )
 
-    def __init__(self, series_key: Callable[[Mapping[str, object]], frozenset[Any]]) -> None:
+    def __init__(
+        self,
+        series_key: Callable[[Mapping[str, object]], frozenset[Any]],
+        *,
+        coalesce_sums: bool,
+    ) -> None:
         self.series_key = series_key
-        self._lock = threading.Lock()
-        # Held while a flush hands values to the SDK. Never taken across fork(): a child
-        # never flushes its parent's buffers (see `_forget_buffers_in_child`).
+        self.coalesce_sums = coalesce_sums
+        #: Held by `record_metrics` around one call, and by a flush to take the values.
+        #: Re-entrant: a logging handler that records from inside a call still works.
+        self.lock = threading.RLock()
+        # Held while a flush hands values to the SDK. Neither lock is taken across fork():
+        # a child never touches its parent's buffers (see `_forget_buffers_in_child`).
         self._flush_lock = threading.Lock()
         #: The instruments holding values, in the order they first got one.
         self._dirty: list[PendingInstrument] = []
+        # The attributes of the call in progress, and their (series key, copy).
+        self._call_attributes: object = None
+        self._call_series: tuple[frozenset[Any], dict[str, object]] = (_NO_ATTRIBUTES, {})
+
+    def coalesces(self, kind: str) -> bool:
+        """True when values of instruments of `kind` are buffered here."""
+        return kind == "gauge" or (self.coalesce_sums and kind in COALESCED_KINDS)
 
     def instrument(self, record: Callable[..., object], kind: str) -> Callable[..., None]:
         """The record method `record_metrics` calls for an SDK instrument of `kind`.
@@ -106,6 +139,19 @@ class CoalescingBuffer:
         pending = PendingInstrument(self, record)
         return pending.set if kind == "gauge" else pending.add
 
+    def begin_call(self) -> None:
+        """A new `record_metrics` call (the lock is held): forget the last call's
+        attributes, whose dict the caller may have changed since."""
+        self._call_attributes = None
+
+    def series_of(self, attributes: Mapping[str, object]) -> tuple[frozenset[Any], Any]:
+        """The series key of `attributes` and a copy of them, made once per call."""
+        if attributes is not self._call_attributes:
+            # A copy: the caller may reuse and change its dict before the collection.
+            self._call_series = (self.series_key(attributes), dict(attributes))
+            self._call_attributes = attributes
+        return self._call_series
+
     def flush(self) -> None:
         """Hand every buffered series to its SDK instrument, then forget it; never raises.
 
@@ -114,9 +160,9 @@ class CoalescingBuffer:
         SDK, even while another reader's flush is still handing values over.
         """
         with self._flush_lock:
-            with self._lock:
-                dirty, self._dirty = self._dirty, []
-                batches = [(pending, pending.take()) for pending in dirty]
+            with self.lock:
+                batches = [(pending, pending.take()) for pending in self._dirty]
+                self._dirty.clear()
             if batches:
                 self._hand_over(batches)
 
@@ -128,6 +174,8 @@ class CoalescingBuffer:
             for pending, series in batches:
                 record = pending.record
                 for value, attributes in series.values():
+                    if value is _HANDED_OVER:
+                        continue
                     try:
                         record(value, attributes)
                     except Exception as exc:
@@ -143,12 +191,16 @@ class CoalescingBuffer:
 
 
 class PendingInstrument:
-    """One SDK instrument's buffered series: key -> [value, attributes as first given]."""
+    """One SDK instrument's buffered series: key -> [value, attributes as first given].
 
-    __slots__ = ("_buffer", "_series", "record")
+    Its record methods run with the buffer's lock held (by `record_metrics`).
+    """
+
+    __slots__ = ("_buffer", "_dirty", "_series", "record")
 
     def __init__(self, buffer: CoalescingBuffer, record: Callable[..., object]) -> None:
         self._buffer = buffer
+        self._dirty = buffer._dirty
         self.record = record
         self._series: dict[frozenset[Any], list[Any]] = {}
 
@@ -159,32 +211,46 @@ class PendingInstrument:
 
     def set(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         """A gauge's `set`: the last value of the interval wins."""
-        buffer = self._buffer
-        key = buffer.series_key(attributes) if attributes else _NO_ATTRIBUTES
-        with buffer._lock:
-            series = self._series
+        key, copied = self._buffer.series_of(attributes) if attributes else _NONE
+        series = self._series
+        entry = series.get(key)
+        if entry is None:
             if not series:
-                buffer._dirty.append(self)
-            entry = series.get(key)
-            if entry is None:
-                # A copy: the caller may reuse and change its dict before the collection.
-                series[key] = [value, dict(attributes) if attributes else None]
-            else:
-                entry[0] = value
+                self._dirty.append(self)
+            series[key] = [value, copied]
+        else:
+            entry[0] = value
 
     def add(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         """A counter's or up-down counter's `add`: the interval's values are summed."""
-        buffer = self._buffer
-        key = buffer.series_key(attributes) if attributes else _NO_ATTRIBUTES
-        with buffer._lock:
-            series = self._series
+        key, copied = self._buffer.series_of(attributes) if attributes else _NONE
+        series = self._series
+        entry = series.get(key)
+        if entry is None:
             if not series:
-                buffer._dirty.append(self)
-            entry = series.get(key)
-            if entry is None:
-                series[key] = [value, dict(attributes) if attributes else None]
-            else:
-                entry[0] = entry[0] + value
+                self._dirty.append(self)
+            series[key] = [value, copied]
+            return
+        total = entry[0]
+        if total is _HANDED_OVER:
+            self.record(value, copied)
+            return
+        summed = total + value
+        if summed - summed != 0:
+            # Finite values whose sum overflows: the SDK would sum them to an infinity
+            # itself but refuses an infinite value, so it gets them one by one, for the
+            # rest of the interval.
+            entry[0] = _HANDED_OVER
+            self.record(total, copied)
+            self.record(value, copied)
+        else:
+            entry[0] = summed
+
+
+# The series of a value recorded without attributes.
+_NONE: Final = (_NO_ATTRIBUTES, None)
+# A sum series recorded directly until the next collection (see `add`).
+_HANDED_OVER: Final = object()
 
 
 # The buffer of each provider lens's pipelines built, keyed by the provider's measurement

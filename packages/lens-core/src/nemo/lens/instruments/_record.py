@@ -107,49 +107,18 @@ def record_metrics(
             attributes = _clean_attributes(state, attributes)
             # Without attributes or without a limit, the cardinality limit costs this one
             # test per call: the plain emitters record. With both, the bounded emitters
-            # (see _cardinality) do; the loop below is the same either way.
+            # (see _cardinality) do; the loop is the same either way.
             if attributes and _cardinality.limit:
                 emitters = cache.bounded
                 bounded = True
-        for key, value in items.items():
-            try:
-                emit, lowest = emitters[key]
-            except KeyError:  # None, an undeclared key, or the key's first record
-                if value is None:
-                    continue
-                entry = _create_emitter(state, cache, meter, key)
-                if entry is not None and bounded:
-                    entry = _bound_emitter(state, cache, meter, key, entry)
-                if entry is None:
-                    continue
-                emit, lowest = entry
-            # One chained comparison per value: it fails for NaN, infinities, values
-            # below the kind's floor and ints outside int64 (what OTLP carries); the slow
-            # path sorts out which of those can still be recorded.
-            value_type = type(value)
-            if value_type is float:
-                if not lowest <= value < _INFINITY:
-                    value = _float_outside_fast_range(state, key, value, lowest)
-                    if value is None:
-                        continue
-            elif value_type is not int or not lowest <= value <= INT64_MAX:
-                if value is None:
-                    continue
-                value = _coerce(state, key, value, lowest)
-                if value is None:
-                    continue
-            try:
-                emit(value, attributes)
-            except Exception as exc:
-                state.warnings.warn(
-                    ("emit", key),
-                    "record_metrics: recording key %r of group %r failed (%s: %s); the "
-                    "value was dropped",
-                    key,
-                    state.name,
-                    type(exc).__name__,
-                    exc,
-                )
+        buffer = cache.buffer
+        if buffer is None:
+            _record_values(state, cache, meter, items, attributes, emitters, bounded)
+            return
+        # Coalesced: one lock per call, not per value (see _coalesce).
+        with buffer.lock:
+            buffer.begin_call()
+            _record_values(state, cache, meter, items, attributes, emitters, bounded)
     except Exception as exc:  # a defect in lens itself: still never break the step
         UNREGISTERED.warnings.warn(
             ("internal", type(exc).__name__),
@@ -157,6 +126,57 @@ def record_metrics(
             type(exc).__name__,
             exc,
         )
+
+
+def _record_values(
+    state: MetricGroup,
+    cache: MeterCache,
+    meter: Any,
+    items: Mapping[Any, Any],
+    attributes: Mapping[str, object] | None,
+    emitters: dict[str, Emitter],
+    bounded: bool,
+) -> None:
+    """Validate and record each value of one call: the per-step loop of `record_metrics`."""
+    for key, value in items.items():
+        try:
+            emit, lowest = emitters[key]
+        except KeyError:  # None, an undeclared key, or the key's first record
+            if value is None:
+                continue
+            entry = _create_emitter(state, cache, meter, key)
+            if entry is not None and bounded:
+                entry = _bound_emitter(state, cache, meter, key, entry)
+            if entry is None:
+                continue
+            emit, lowest = entry
+        # One chained comparison per value: it fails for NaN, infinities, values below
+        # the kind's floor and ints outside int64 (what OTLP carries); the slow path
+        # sorts out which of those can still be recorded.
+        value_type = type(value)
+        if value_type is float:
+            if not lowest <= value < _INFINITY:
+                value = _float_outside_fast_range(state, key, value, lowest)
+                if value is None:
+                    continue
+        elif value_type is not int or not lowest <= value <= INT64_MAX:
+            if value is None:
+                continue
+            value = _coerce(state, key, value, lowest)
+            if value is None:
+                continue
+        try:
+            emit(value, attributes)
+        except Exception as exc:
+            state.warnings.warn(
+                ("emit", key),
+                "record_metrics: recording key %r of group %r failed (%s: %s); the value "
+                "was dropped",
+                key,
+                state.name,
+                type(exc).__name__,
+                exc,
+            )
 
 
 def _safe_repr(obj: object) -> str:
@@ -304,8 +324,10 @@ def _create_emitter(
             try:
                 instrument, advisory_error = _create_instrument(meter, spec, create_name)
                 emit = getattr(instrument, record_name)
-                if cache.buffer is not None and spec.kind in _coalesce.COALESCED_KINDS:
-                    emit = cache.buffer.instrument(emit, spec.kind)
+                buffer = cache.buffer
+                coalesced = buffer is not None and buffer.coalesces(spec.kind)
+                if buffer is not None and coalesced:
+                    emit = buffer.instrument(emit, spec.kind)
             except Exception as exc:
                 cache.failed.add(spec.key)
                 error = exc
@@ -313,7 +335,7 @@ def _create_emitter(
                 # The floor is also the fast path's int64 bound for signed kinds.
                 lowest = 0 if spec.kind in NON_NEGATIVE_KINDS else INT64_MIN
                 if spec.kind in SUM_KINDS:
-                    emit = _Int64Sum(emit, _sum_warning(state, spec.key))
+                    emit = _Int64Sum(emit, _sum_warning(state, spec.key), caller_locks=coalesced)
                 entry = cache.emitters[spec.key] = (emit, lowest)
     # Logged outside the registry lock, as every warning here.
     if advisory_error is not None:
@@ -450,26 +472,38 @@ class _Int64Sum:
 
     __slots__ = ("_add", "_as_float", "_lock", "_total", "_warn")
 
-    def __init__(self, add: Callable[..., object], warn: Callable[[], None]) -> None:
+    def __init__(
+        self, add: Callable[..., object], warn: Callable[[], None], *, caller_locks: bool
+    ) -> None:
         self._add = add
         self._warn = warn
         self._total = 0
         self._as_float = False
-        self._lock = threading.Lock()
+        # A coalesced add runs under its buffer's lock already (`caller_locks`).
+        self._lock = None if caller_locks else threading.Lock()
 
     def __call__(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         if type(value) is int and not self._as_float:
-            with self._lock:
-                total = self._total + (value if value >= 0 else -value)
-                if total > INT64_MAX:
-                    self._as_float = True
-                else:
-                    self._total = total
-            if self._as_float:
+            lock = self._lock
+            if lock is None:
+                switched = self._count(value)
+            else:
+                with lock:
+                    switched = self._count(value)
+            if switched:
                 self._warn()
         if self._as_float:
             value = float(value)
         self._add(value, attributes)
+
+    def _count(self, value: int) -> bool:
+        """Add `value`'s magnitude to the bound; True once the sum must become floats."""
+        total = self._total + (value if value >= 0 else -value)
+        if total > INT64_MAX:
+            self._as_float = True
+        else:
+            self._total = total
+        return self._as_float
 
 
 def _sum_warning(state: MetricGroup, key: str) -> Callable[[], None]:

@@ -112,3 +112,18 @@ def test_the_tracker_counts_only_live_spans(handle: TelemetryHandle) -> None:
     assert tracker.open_count() == 2
     assert tracker.end_all() == 2
     assert not kept[1].is_recording()
+
+
+def test_dropped_spans_leave_no_entry_behind(handle: TelemetryHandle) -> None:
+    """Spans started and dropped without an end (nothing can end them any more) do not
+    grow the tracker: their dead entries are pruned as it grows, live ones stay."""
+    tracker = OpenSpanTracker()
+    kept = handle.tracer.start_span("kept")
+    tracker.started(kept)
+    for index in range(5_000):
+        tracker.started(handle.tracer.start_span(f"dropped-{index}"))
+    gc.collect()
+    assert len(tracker._open) < 2_100  # the prune bound, far below the 5,001 started
+    assert tracker.open_count() == 1
+    assert tracker.end_all() == 1
+    assert not kept.is_recording()

@@ -41,6 +41,7 @@ FORK_ORDER: Final = (
     "inherited instruments",
     "coalescing buffers",
     "open spans",
+    "span queue gates",
     "prometheus endpoint",
     "span ids",
 )

@@ -14,7 +14,6 @@ kept for the life of the process (about 3 KB each).
 from __future__ import annotations
 
 import logging
-import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Final
 
@@ -29,36 +28,50 @@ _logger = logging.getLogger(__name__)
 # The event that marks a truncated span shares the attribute's name.
 TRUNCATED_EVENT: Final = semconv.NEMO_SPAN_TRUNCATED
 SHUTDOWN_REASON: Final = "telemetry shutdown while the span was open"
+# Open spans a tracker holds before it first looks for dropped ones.
+_FIRST_PRUNE: Final = 1024
 
 
 class OpenSpanTracker:
-    """The spans started and not yet ended, in start order."""
+    """The spans started and not yet ended, in start order.
+
+    No lock: it runs twice per span, and storing, popping or copying a plain dict is
+    atomic under the GIL.
+    """
 
     def __init__(self) -> None:
-        # Keyed by span id (on_end gets a readable copy, not the started object); the
-        # mapping keeps start order, so reversing it ends every child (which always starts
-        # after its parent) before its parent. Values are weak: a dropped span goes.
-        self._open: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-        self._lock = threading.Lock()
+        # Span id -> a weak reference to the span (on_end gets a readable copy, not the
+        # started object). The dict keeps start order, so reversing it ends every child
+        # (which always starts after its parent) before its parent. Weak: a span dropped
+        # without being ended goes, and its dead entry is pruned once the dict has grown.
+        self._open: dict[int, weakref.ReferenceType[Any]] = {}
+        self._prune_above = _FIRST_PRUNE
         _live_trackers.add(self)
 
     def started(self, span: Any) -> None:
-        with self._lock:
-            self._open[span.context.span_id] = span
+        open_spans = self._open
+        open_spans[span.context.span_id] = weakref.ref(span)
+        if len(open_spans) > self._prune_above:
+            self._prune()
 
     def ended(self, span: Any) -> None:
-        with self._lock:
-            self._open.pop(span.context.span_id, None)
+        self._open.pop(span.context.span_id, None)
 
     def open_count(self) -> int:
-        with self._lock:
-            return len(self._open)
+        return sum(1 for reference in list(self._open.values()) if reference() is not None)
+
+    def _prune(self) -> None:
+        open_spans = self._open
+        for span_id, reference in list(open_spans.items()):
+            if reference() is None:
+                open_spans.pop(span_id, None)
+        # Amortized: the next prune waits until the live spans could have doubled.
+        self._prune_above = max(_FIRST_PRUNE, 2 * len(open_spans))
 
     def end_all(self, reason: str = SHUTDOWN_REASON) -> int:
         """End every open span, innermost first, marked truncated; return how many."""
-        with self._lock:
-            spans = list(self._open.values())
-            self._open.clear()
+        open_spans, self._open = self._open, {}
+        spans = [span for span in (ref() for ref in list(open_spans.values())) if span is not None]
         for span in reversed(spans):
             try:
                 if not span.is_recording():
@@ -77,8 +90,7 @@ class OpenSpanTracker:
 
     def forget_inherited(self) -> None:
         """In a forked child: the parent's open spans are the parent's to end."""
-        self._open = weakref.WeakValueDictionary()
-        self._lock = threading.Lock()
+        self._open = {}
 
 
 def build_open_span_closer(tracker: OpenSpanTracker) -> SpanProcessor:

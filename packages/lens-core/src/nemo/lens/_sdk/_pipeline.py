@@ -22,11 +22,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from nemo.lens import _inheritance, _otel_env, _otel_internals, _resource, _shutdown
+from nemo.lens import (
+    _fork_hooks,
+    _inheritance,
+    _otel_env,
+    _otel_internals,
+    _resource,
+    _shutdown,
+)
 from nemo.lens._sdk import _coalescing, _exporters, _fork
 from nemo.lens._sdk._ids import build_id_generator
 from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
@@ -72,7 +80,10 @@ class SpanQueueGate:
 
     def __init__(self, capacity: int, owner_pid: int) -> None:
         self.capacity = capacity
-        self._owner_pid = owner_pid
+        # False in a forked child (set by a fork hook): os.getpid() is a system call, and
+        # `admit` runs for every span.
+        self._in_owner = os.getpid() == owner_pid
+        _live_gates.add(self)
         self._lock = threading.Lock()
         self._admitted = 0
         self._handed = 0
@@ -97,7 +108,7 @@ class SpanQueueGate:
         """True if `span` may go into the batch processor; False if it is dropped."""
         if self._closed:
             return False  # shut down: the SDK would warn once per span and drop it anyway
-        if os.getpid() != self._owner_pid:
+        if not self._in_owner:
             return True
         context = span.context
         if context is None or not context.trace_flags.sampled:
@@ -117,7 +128,7 @@ class SpanQueueGate:
 
     def handed(self, count: int) -> None:
         """The processor handed `count` spans to its exporter (they left the queue)."""
-        if os.getpid() != self._owner_pid:
+        if not self._in_owner:
             return
         with self._lock:
             self._handed += count
@@ -136,7 +147,7 @@ class SpanQueueGate:
         After a complete shutdown, a span let in but never handed to the exporter was
         lost inside the processor; it is counted too.
         """
-        if self._reported or os.getpid() != self._owner_pid:
+        if self._reported or not self._in_owner:
             return 0
         self._reported = True
         with self._lock:
@@ -153,6 +164,17 @@ class SpanQueueGate:
                 DROPPED_SPANS_METRIC,
             )
         return total
+
+
+_live_gates: weakref.WeakSet[SpanQueueGate] = weakref.WeakSet()
+
+
+def _gates_left_in_parent() -> None:
+    for gate in list(_live_gates):
+        gate._in_owner = False
+
+
+_fork_hooks.register("span queue gates", after_in_child=_gates_left_in_parent)
 
 
 @dataclass

@@ -11,7 +11,9 @@ API-only install, lint, type check, packaging and docs.
     nox -t latest -p 3.13           # quicker: one interpreter
     nox -s "tests(3.10, otel=floor)" # one cell of the matrix
     nox -s integrations-torch       # torch.distributed over gloo (not in the default run)
-    nox -s bench                    # speed figures (not part of the default run)
+    nox -s bench                    # speed figures, 3.11 and 3.13 at both OTel ends (not
+                                    #   part of the default run)
+    nox -s "bench(3.13, otel=latest)" # one of them
     nox -s docs-serve               # the documentation site at http://127.0.0.1:8000
 
 Each session creates a fresh virtual environment (uv, or virtualenv without uv) and prints
@@ -111,6 +113,14 @@ TEST_CELLS = [
 OTEL_ENDS = [
     nox.param(OTEL_FLOOR, id="otel=floor", tags=["oldest"]),
     nox.param(OTEL_LATEST, id="otel=latest", tags=["latest"]),
+]
+# The bench sessions: the Python of the development venv and the newest, each at both
+# OpenTelemetry ends (the issue-14 figures). Untagged, so `nox -t latest` never runs them.
+BENCH_PYTHONS = ("3.11", NEWEST_PYTHON)
+BENCH_CELLS = [
+    nox.param(python, otel, id=f"{python}, otel={OTEL_NAMES[otel]}")
+    for python in BENCH_PYTHONS
+    for otel in (OTEL_FLOOR, OTEL_LATEST)
 ]
 # The tests that sessions of their own run: the long soak runs and the ones needing Ray or
 # torch (the integrations sessions).
@@ -265,10 +275,11 @@ def soak(session: nox.Session, otel: str) -> None:
     run_soak_tests(session, otel)
 
 
-@nox.session(python=NEWEST_PYTHON)
-def bench(session: nox.Session) -> None:
+@nox.session
+@nox.parametrize(("python", "otel"), BENCH_CELLS)
+def bench(session: nox.Session, otel: str) -> None:
     """Speed figures, as ratios against baselines measured in the same run."""
-    run_benchmarks(session)
+    run_benchmarks(session, otel)
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -652,9 +663,14 @@ def run_docs_build(session: nox.Session) -> None:
     )  # fmt: skip
 
 
-def run_benchmarks(session: nox.Session) -> None:
-    """Run every benchmarks/bench_*.py script against lens-core[all] at the newest OTel."""
-    session.install("-e", f"{CORE}[all]", *otel_pins(OTEL_LATEST))
+def run_benchmarks(session: nox.Session, otel: str) -> None:
+    """Run every benchmarks/bench_*.py script against lens-core[sdk] (with the RL shim,
+    which bench_shim.py measures) editable at one OpenTelemetry release. Posargs reach
+    every script, so pass only options they all accept (or none)."""
+    session.install(
+        "-e", f"{CORE}[sdk]", "-e", str(SHIMS["rl"]), *otel_pins(otel),
+        *COMPANION_PINS.get(otel, ()),
+    )  # fmt: skip
     show_versions(session)
     for script in sorted((ROOT / "benchmarks").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)

@@ -38,7 +38,11 @@ RECORD = {"gauge": "set", "histogram": "record", "counter": "add", "up_down_coun
 def direct_calls(meter: object, attributes: dict[str, object] | None) -> Callable[[], None]:
     """Ten calls on instruments created up front: what a hand-written loop would do."""
     m = [
-        getattr(getattr(meter, CREATE[spec.kind])(f"direct.{spec.name}"), RECORD[spec.kind])
+        # One instrument name per attribute case: the SDK warns about a name created twice.
+        getattr(
+            getattr(meter, CREATE[spec.kind])(f"direct.{len(attributes or ())}.{spec.name}"),
+            RECORD[spec.kind],
+        )
         for spec in SPECS
     ]
     m0, m1, m2, m3, m4, m5, m6, m7, m8, m9 = m

@@ -335,7 +335,8 @@ def test_base_exception_ends_the_span_without_error(spans: InMemorySpans) -> Non
 def test_default_tracer_is_looked_up_at_call_time(
     get_tracer_calls: RecordingGetTracer, spans: InMemorySpans
 ) -> None:
-    """Without a tracer, `trace.get_tracer("nemo.lens.helpers")` is called on every use."""
+    """Without a tracer, `trace.get_tracer("nemo.lens.helpers")` is asked at use (on every
+    use while no provider is installed: nothing is cached under the API's proxy)."""
     enable("step")
     for _ in range(2):
         with managed_span("step", "s"):
@@ -458,7 +459,7 @@ def test_span_cm_exceptions(
 
 
 def test_span_cm_default_tracer(get_tracer_calls: RecordingGetTracer, spans: InMemorySpans) -> None:
-    """Without a tracer, span_cm calls `trace.get_tracer("nemo.lens.helpers")` now."""
+    """Without a tracer, span_cm asks `trace.get_tracer("nemo.lens.helpers")` at use."""
     with span_cm("s"):
         pass
     assert get_tracer_calls.calls == ["nemo.lens.helpers"]
@@ -558,7 +559,8 @@ def test_trace_fn_records_the_exception_and_re_raises(spans: InMemorySpans) -> N
 def test_trace_fn_default_tracer_scope(
     get_tracer_calls: RecordingGetTracer, spans: InMemorySpans
 ) -> None:
-    """Consumer shape `@trace_fn(g, n)`: the tracer is `trace.get_tracer("nemo.lens")`, per call."""
+    """Consumer shape `@trace_fn(g, n)`: the tracer is `trace.get_tracer("nemo.lens")`, asked
+    at call time, not at decoration (per call while no provider is installed)."""
     enable("step")
 
     @trace_fn("step", "f")

@@ -14,8 +14,11 @@ lens then warns once instead of letting OpenTelemetry log an ERROR with a traceb
 step. Whatever they hand the SDK is encodable (span names, attributes, exception texts), so
 one odd value never makes a whole export batch fail.
 
-`trace` is kept as a module attribute and `trace.get_tracer` is looked up at call time,
-never cached, so tests can monkeypatch it and a provider installed later is used.
+Without a `tracer=`, a helper uses `trace.get_tracer(<its scope>)` of the global provider,
+cached per scope: an entry is used only while `trace.get_tracer_provider()` and
+`trace.get_tracer` are the objects it was made with, so a provider installed later is used
+and a test may monkeypatch `trace.get_tracer` (both are read through the module attribute
+`trace`). Nothing is cached while the global provider is the API's proxy.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import re
 import traceback
 from collections.abc import Callable, Coroutine, Hashable, Iterable, Mapping
 from contextlib import AbstractContextManager
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast, overload
 
 from opentelemetry import context as otel_context
@@ -87,6 +91,28 @@ _HELPERS_SCOPE: Final = "nemo.lens.helpers"
 _TRACE_FN_SCOPE: Final = "nemo.lens"
 
 _warnings = WarnOnce(_logger, "nemo.lens span helpers")
+
+# The tracer a helper uses without `tracer=`, per scope: `trace.get_tracer` costs ~10 us on
+# SDK 1.45 (it rewrites the warning filters and builds scope objects), the hit test in
+# `_Span.__enter__` well under 1 us. scope -> (the global provider and the
+# `trace.get_tracer` function it was got with, the tracer). An entry is used only while
+# both are the same objects. One dict entry is read or replaced at a time, which is
+# atomic: no lock is needed.
+_default_tracers: dict[str, tuple[object, object, Tracer]] = {}
+
+
+def _look_up_default_tracer(scope: str, provider: object) -> Tracer:
+    """`trace.get_tracer(scope)`, cached under `provider` (the global one, read just before)."""
+    get_tracer = trace.get_tracer
+    tracer = get_tracer(scope)
+    # Never cache under the proxy provider: its ProxyTracer binds itself for good to the
+    # first real provider, while `nemo.lens.testing` can forget that provider and return
+    # to the proxy. Re-reading the provider keeps out a tracer got across a swap.
+    if not isinstance(provider, trace.ProxyTracerProvider) and (
+        trace.get_tracer_provider() is provider
+    ):
+        _default_tracers[scope] = (provider, get_tracer, tracer)
+    return tracer
 
 
 def _describe(exc: BaseException) -> str:
@@ -389,6 +415,12 @@ class _Span:
         "_where",
     )
 
+    # Set by __enter__ before `_span` (see __init__).
+    _token: object
+    _marker: contextvars.Token[None] | None
+    _parent: otel_context.Context | None
+    _attached: otel_context.Context | None
+
     def __init__(
         self,
         where: str,
@@ -396,8 +428,7 @@ class _Span:
         tracer: Tracer | None,
         scope: str,
         attributes: Mapping[str, object],
-        *,
-        record_exception: bool = True,
+        record_exception: bool = True,  # positional too: trace_fn's partial passes no keyword
         typed_description: bool = False,
         fallback: Span | None = None,
     ) -> None:
@@ -409,18 +440,29 @@ class _Span:
         self._record_exception = record_exception
         self._typed_description = typed_description
         self._fallback = fallback
+        # __exit__ reads the other slots only once __enter__ has set `_span`, and __enter__
+        # sets them all first: four stores less per span.
         self._span: Span | None = None
-        self._token: object = None
-        self._marker: contextvars.Token[None] | None = None
-        self._parent: object = None
-        self._attached: object = None
 
     def __enter__(self) -> Span | None:
         where = self._where
-        self._name = name = encodable_span_name(self._name)
+        name = self._name
+        if type(name) is not str or not name.isascii():  # a plain name needs no call
+            self._name = name = encodable_span_name(name)
         try:
-            tracer = self._tracer if self._tracer is not None else trace.get_tracer(self._scope)
-            span = tracer.start_span(name)
+            tracer = self._tracer
+            if tracer is None:
+                # The cache hit test, inline: one call less per span.
+                provider = trace.get_tracer_provider()
+                cached = _default_tracers.get(self._scope)
+                if cached is not None and cached[0] is provider and cached[1] is trace.get_tracer:
+                    tracer = cached[2]
+                else:
+                    tracer = _look_up_default_tracer(self._scope, provider)
+            # The parent, read once: handed to the tracer (which would read it again, a
+            # locked call on OpenTelemetry 1.23) and attached under the span below.
+            parent = otel_context.get_current()
+            span = tracer.start_span(name, context=parent)
         except Exception as exc:
             _warn_once(f"{where}: starting the span", exc)
             return self._fallback
@@ -435,72 +477,76 @@ class _Span:
             return self._fallback
         if self._attributes:
             safe_set_span_attributes(span, self._attributes)
+        token: object
+        marker: contextvars.Token[None] | None
+        attached: otel_context.Context | None
         try:
-            parent = otel_context.get_current()
             attached = trace.set_span_in_context(span, parent)
-            self._token = otel_context.attach(attached)
-            self._marker = _ENTERED_HERE.set(None)
-            self._parent, self._attached = parent, attached
+            token = otel_context.attach(attached)
+            marker = _ENTERED_HERE.set(None)
         except Exception as exc:
             _warn_once(f"{where}: making the span current", exc)
+            token = marker = attached = None  # __exit__ then only ends the span
+        self._token, self._marker, self._parent, self._attached = token, marker, parent, attached
         self._span = span
         return span
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        span, token, marker = self._span, self._token, self._marker
+        span = self._span
         if span is None:
             return
-        parent, attached = self._parent, self._attached
+        token, marker, parent, attached = self._token, self._marker, self._parent, self._attached
         self._span = self._token = self._marker = self._parent = self._attached = None
         if isinstance(exc, Exception):
             record_span_error(
                 span, exc, self._record_exception, self._typed_description, self._where
             )
         if token is not None and marker is not None:
-            _leave(self._where, self._name, token, marker, parent, attached)
+            # Undo the attach if this is the Context that made it (inline: one call less).
+            try:
+                _ENTERED_HERE.reset(marker)
+            except (ValueError, RuntimeError):
+                _left_elsewhere(self._where, self._name, parent, attached)
+            else:
+                try:
+                    otel_context.detach(token)  # type: ignore[arg-type]  # what attach returned
+                except Exception as failure:
+                    _warn_once(f"{self._where}: detaching the span", failure)
         try:
             span.end()
         except Exception as failure:
             _warn_once(f"{self._where}: ending the span", failure)
 
 
-def _leave(
+def _left_elsewhere(
     where: str,
     name: object,  # the coerced, encodable name
-    token: object,
-    marker: contextvars.Token[None],
     parent: object,
     attached: object,
 ) -> None:
-    """Undo the attach if this is the Context that made it; else leave a warning, once."""
+    """A span left in another Context than the one that attached it: warn once, no detach.
+
+    Another Context (a generator resumed in another task, thread or copy_context().run):
+    OpenTelemetry's detach would fail and log an ERROR with a traceback, every step.
+    Where this Context still shows the span as current (it was copied while the span was
+    open), its parent becomes current again.
+    """
     try:
-        _ENTERED_HERE.reset(marker)
-    except (ValueError, RuntimeError):
-        # Another Context (a generator resumed in another task, thread or
-        # copy_context().run): OpenTelemetry's detach would fail and log an ERROR with a
-        # traceback, every step. Where this Context still shows the span as current
-        # (it was copied while the span was open), its parent becomes current again.
-        try:
-            if otel_context.get_current() is attached:
-                otel_context.attach(parent)  # type: ignore[arg-type]  # the parent Context
-        except Exception as exc:
-            _warn_once(f"{where}: restoring the parent context", exc)
-        _warnings.warn(
-            (where, "left in another context"),
-            "%s: span %r was left in another context than the one that entered it (held "
-            "across a generator's yield and resumed in another task, thread or context); "
-            "lens ended it without detaching, which only the entering context can do. "
-            "Further cases from this call site are not logged.",
-            where,
-            name,
-        )
-        return
-    try:
-        otel_context.detach(token)  # type: ignore[arg-type]  # the token attach returned
+        if otel_context.get_current() is attached:
+            otel_context.attach(parent)  # type: ignore[arg-type]  # the parent Context
     except Exception as exc:
-        _warn_once(f"{where}: detaching the span", exc)
+        _warn_once(f"{where}: restoring the parent context", exc)
+    _warnings.warn(
+        (where, "left in another context"),
+        "%s: span %r was left in another context than the one that entered it (held "
+        "across a generator's yield and resumed in another task, thread or context); "
+        "lens ended it without detaching, which only the entering context can do. "
+        "Further cases from this call site are not logged.",
+        where,
+        name,
+    )
 
 
 # --- what a type checker sees -------------------------------------------------------------
@@ -595,10 +641,12 @@ def managed_span(
 
     The gate is the first thing that happens. Disabled, the context manager enters to None
     and the body still runs. Enabled, it starts a child of the current span on `tracer`
-    (default: `trace.get_tracer("nemo.lens.helpers")`, looked up now), sets `attributes`
-    safely, makes the span current and yields it. An `Exception` from the body is recorded
-    with ERROR status and re-raised; the span is always ended. A group name that cannot be
-    looked up (its `__hash__` or `__eq__` raises) counts as disabled, with one warning.
+    (default: `trace.get_tracer("nemo.lens.helpers")` of the current global provider,
+    cached while that provider stays installed; see the module docstring), sets
+    `attributes` safely, makes the span current and yields it. An `Exception` from the body
+    is recorded with ERROR status and re-raised; the span is always ended. A group name that
+    cannot be looked up (its `__hash__` or `__eq__` raises) counts as disabled, with one
+    warning.
 
     Example::
 
@@ -633,11 +681,12 @@ def span_cm(
 ) -> AbstractContextManager[Span]:
     """Open an ungated span named `name`, made current for the body; for top-level phases.
 
-    Starts the span on `tracer` (default: `trace.get_tracer("nemo.lens.helpers")`, looked
-    up now), sets `attributes` safely and yields the span. An exception from the body sets
-    ERROR status (`TypeName: message`), is recorded as an event when `record_exception`
-    is true, and propagates. If the span cannot be started, it yields a non-recording span
-    and the body still runs.
+    Starts the span on `tracer` (default: `trace.get_tracer("nemo.lens.helpers")` of the
+    current global provider, cached while that provider stays installed), sets `attributes`
+    safely and yields the span. An exception from the body sets ERROR status
+    (`TypeName: message`), is recorded as an event when `record_exception` is true, and
+    propagates. If the span cannot be started, it yields a non-recording span and the body
+    still runs.
 
     Example::
 
@@ -645,7 +694,7 @@ def span_cm(
             save()
     """
     return cast(
-        AbstractContextManager[Span],
+        "AbstractContextManager[Span]",  # a str: no generic alias built per call
         _Span(
             "span_cm",
             name,
@@ -703,11 +752,11 @@ def trace_fn(group: str, name: str, tracer: Tracer | None = None) -> Callable[[F
 
     The gate is checked on every call, so decorating at import, before setup, works;
     disabled, the call is a plain call. Enabled, the call runs inside a span named `name`
-    on `tracer` (default: `trace.get_tracer("nemo.lens")`, looked up at call time), made
-    current for the call, which records an exception and sets ERROR before it
-    propagates. A coroutine function gets an async wrapper whose span covers the await.
-    The wrapper keeps `functools.wraps` metadata. A group name that cannot be looked up
-    never traces.
+    on `tracer` (default: `trace.get_tracer("nemo.lens")` of the global provider at call
+    time, cached while that provider stays installed), made current for the call, which
+    records an exception and sets ERROR before it propagates. A coroutine function gets an
+    async wrapper whose span covers the await. The wrapper keeps `functools.wraps`
+    metadata. A group name that cannot be looked up never traces.
 
     Example::
 
@@ -722,46 +771,45 @@ def trace_fn(group: str, name: str, tracer: Tracer | None = None) -> Callable[[F
 
         if inspect.iscoroutinefunction(fn):
             return cast(F, _async_wrapper(fn, gate, span_name, tracer))
-        traced = _traced_call(fn, span_name, tracer)
-        wrapper = _same_signature_wrapper(fn, gate, traced)
+        new_span = _trace_fn_spans(span_name, tracer)
+        wrapper = _same_signature_wrapper(fn, gate, new_span)
         if wrapper is None:
-            wrapper = _any_signature_wrapper(fn, gate, traced)
+            wrapper = _any_signature_wrapper(fn, gate, new_span)
         return cast(F, functools.wraps(fn)(wrapper))
 
     return decorate
 
 
-def _trace_fn_span(name: str, tracer: Tracer | None) -> _Span:
-    return _Span("trace_fn", name, tracer, _TRACE_FN_SCOPE, {}, typed_description=True)
+# A trace_fn span has no attributes; one shared empty mapping, not a dict per call.
+_NO_ATTRIBUTES: Final[Mapping[str, object]] = MappingProxyType({})
 
 
-def _traced_call(fn: Callable[..., Any], name: str, tracer: Tracer | None) -> Callable[..., Any]:
-    """Return a callable that runs `fn` inside a current span (the enabled path)."""
-
-    def traced(*args: Any, **kwargs: Any) -> Any:
-        with _trace_fn_span(name, tracer):
-            return fn(*args, **kwargs)
-
-    return traced
+def _trace_fn_spans(name: str, tracer: Tracer | None) -> Callable[[], _Span]:
+    """What a wrapper calls for each span: a partial with positional arguments only, which
+    C calls without building a dict or a Python frame."""
+    return functools.partial(
+        _Span, "trace_fn", name, tracer, _TRACE_FN_SCOPE, _NO_ATTRIBUTES, True, True
+    )
 
 
 def _any_signature_wrapper(
-    fn: Callable[..., Any], gate: object, traced: Callable[..., Any]
+    fn: Callable[..., Any], gate: object, new_span: Callable[[], _Span]
 ) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if gate in _state._enabled:
-            return traced(*args, **kwargs)
+            with new_span():
+                return fn(*args, **kwargs)
         return fn(*args, **kwargs)
 
     return wrapper
 
 
 # Names the generated wrapper uses for itself; a function with such a parameter falls back.
-_WRAPPER_NAMES: Final = frozenset({"_lens_fn", "_lens_gate", "_lens_state", "_lens_traced"})
+_WRAPPER_NAMES: Final = frozenset({"_lens_fn", "_lens_gate", "_lens_span", "_lens_state"})
 
 
 def _same_signature_wrapper(
-    fn: Callable[..., Any], gate: object, traced: Callable[..., Any]
+    fn: Callable[..., Any], gate: object, new_span: Callable[[], _Span]
 ) -> Callable[..., Any] | None:
     """Build a wrapper with `fn`'s own parameter list, or None where that is not possible.
 
@@ -780,8 +828,8 @@ def _same_signature_wrapper(
     namespace: dict[str, Any] = {
         "_lens_fn": fn,
         "_lens_gate": gate,
+        "_lens_span": new_span,
         "_lens_state": _state,
-        "_lens_traced": traced,
     }
     declared: list[str] = []
     passed: list[str] = []
@@ -824,7 +872,8 @@ def _same_signature_wrapper(
     source = (
         f"def wrapper({', '.join(declared)}):\n"
         f"    if _lens_gate in _lens_state._enabled:\n"
-        f"        return _lens_traced({arguments})\n"
+        f"        with _lens_span():\n"
+        f"            return _lens_fn({arguments})\n"
         f"    return _lens_fn({arguments})\n"
     )
     exec(compile(source, f"<nemo.lens.trace_fn {fn.__qualname__}>", "exec"), namespace)
@@ -837,10 +886,12 @@ def _async_wrapper(
     name: str,
     tracer: Tracer | None,
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
+    new_span = _trace_fn_spans(name, tracer)
+
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         if gate in _state._enabled:
-            with _trace_fn_span(name, tracer):
+            with new_span():
                 return await fn(*args, **kwargs)
         return await fn(*args, **kwargs)
 

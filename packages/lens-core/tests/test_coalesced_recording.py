@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk.metrics")
 
+from lens_fork import in_child
 from opentelemetry.sdk.metrics import (
     Counter,
     Histogram,
@@ -28,7 +29,6 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.trace import TracerProvider
-from support.lens_fork import in_child
 
 from nemo.lens import (
     MetricSpec,

@@ -89,8 +89,11 @@ def busy_parent() -> Iterator[TelemetryHandle]:
     stop = threading.Event()
 
     def record_nonstop(worker: int) -> None:
-        # New series and, every 50 steps, new instruments: the SDK then holds its storage
-        # and instrument locks often, so a fork regularly lands while one is held.
+        # Nonstop aggregation (histograms recorded directly, gauges and sums handed over at
+        # each collection), new series and, every 50 steps, new instruments: the SDK then
+        # holds its aggregation, storage and instrument locks often, so a fork regularly
+        # lands while one is held. Series and instruments are bounded, so each 5 ms
+        # collection (which fork() waits for) stays short however long the test runs.
         step = 0
         while not stop.is_set():
             step += 1
@@ -100,9 +103,9 @@ def busy_parent() -> Iterator[TelemetryHandle]:
                 batches=1,
                 wait_ms=float(step % 7),
                 depth=step % 5,
-                attributes={"worker": worker, "step": step},
+                attributes={"worker": worker, "step": step % 100},
             )
-            if step % 50 == 0:
+            if step % 50 == 0 and step <= 2_500:
                 group = f"parent_{worker}_{step}"
                 register_metric_group(
                     group, [MetricSpec("v", f"parent.{worker}.{step}", "counter")]

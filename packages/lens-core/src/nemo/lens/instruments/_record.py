@@ -111,14 +111,64 @@ def record_metrics(
             if attributes and _cardinality.limit:
                 emitters = cache.bounded
                 bounded = True
+        # On a coalescing meter the call holds its buffer's lock, once, while it buffers;
+        # the values it records directly (histograms) wait until the lock is released,
+        # so no thread holds it across an SDK call (see _coalesce).
         buffer = cache.buffer
-        if buffer is None:
-            _record_values(state, cache, meter, items, attributes, emitters, bounded)
-            return
-        # Coalesced: one lock per call, not per value (see _coalesce).
-        with buffer.lock:
-            buffer.begin_call()
-            _record_values(state, cache, meter, items, attributes, emitters, bounded)
+        deferred: list[tuple[str, Callable[..., object], object]] | None = None
+        if buffer is not None:
+            deferred = []
+            buffer.lock.acquire()
+        try:
+            if buffer is not None:
+                buffer.begin_call()
+            for key, value in items.items():
+                try:
+                    emit, emit_int, lowest, direct = emitters[key]
+                except KeyError:  # None, an undeclared key, or the key's first record
+                    if value is None:
+                        continue
+                    entry = _create_emitter(state, cache, meter, key)
+                    if entry is not None and bounded:
+                        entry = _bound_emitter(state, cache, meter, key, entry)
+                    if entry is None:
+                        continue
+                    emit, emit_int, lowest, direct = entry
+                # One chained comparison per value: it fails for NaN, infinities, values
+                # below the kind's floor and ints outside int64 (what OTLP carries); the
+                # slow path sorts out which of those can still be recorded.
+                value_type = type(value)
+                if value_type is float:
+                    if not lowest <= value < _INFINITY:
+                        value = _float_outside_fast_range(state, key, value, lowest)
+                        if value is None:
+                            continue
+                elif value_type is int and lowest <= value <= INT64_MAX:
+                    emit = emit_int
+                else:
+                    if value is None:
+                        continue
+                    value = _coerce(state, key, value, lowest)
+                    if value is None:
+                        continue
+                    if type(value) is int:
+                        emit = emit_int
+                if deferred is not None and direct:
+                    deferred.append((key, emit, value))
+                    continue
+                try:
+                    emit(value, attributes)
+                except Exception as exc:
+                    _warn_emit_failed(state, key, exc)
+        finally:
+            if buffer is not None:
+                buffer.lock.release()
+        if deferred:
+            for key, emit, value in deferred:
+                try:
+                    emit(value, attributes)
+                except Exception as exc:
+                    _warn_emit_failed(state, key, exc)
     except Exception as exc:  # a defect in lens itself: still never break the step
         UNREGISTERED.warnings.warn(
             ("internal", type(exc).__name__),
@@ -128,55 +178,15 @@ def record_metrics(
         )
 
 
-def _record_values(
-    state: MetricGroup,
-    cache: MeterCache,
-    meter: Any,
-    items: Mapping[Any, Any],
-    attributes: Mapping[str, object] | None,
-    emitters: dict[str, Emitter],
-    bounded: bool,
-) -> None:
-    """Validate and record each value of one call: the per-step loop of `record_metrics`."""
-    for key, value in items.items():
-        try:
-            emit, lowest = emitters[key]
-        except KeyError:  # None, an undeclared key, or the key's first record
-            if value is None:
-                continue
-            entry = _create_emitter(state, cache, meter, key)
-            if entry is not None and bounded:
-                entry = _bound_emitter(state, cache, meter, key, entry)
-            if entry is None:
-                continue
-            emit, lowest = entry
-        # One chained comparison per value: it fails for NaN, infinities, values below
-        # the kind's floor and ints outside int64 (what OTLP carries); the slow path
-        # sorts out which of those can still be recorded.
-        value_type = type(value)
-        if value_type is float:
-            if not lowest <= value < _INFINITY:
-                value = _float_outside_fast_range(state, key, value, lowest)
-                if value is None:
-                    continue
-        elif value_type is not int or not lowest <= value <= INT64_MAX:
-            if value is None:
-                continue
-            value = _coerce(state, key, value, lowest)
-            if value is None:
-                continue
-        try:
-            emit(value, attributes)
-        except Exception as exc:
-            state.warnings.warn(
-                ("emit", key),
-                "record_metrics: recording key %r of group %r failed (%s: %s); the value "
-                "was dropped",
-                key,
-                state.name,
-                type(exc).__name__,
-                exc,
-            )
+def _warn_emit_failed(state: MetricGroup, key: str, exc: Exception) -> None:
+    state.warnings.warn(
+        ("emit", key),
+        "record_metrics: recording key %r of group %r failed (%s: %s); the value was dropped",
+        key,
+        state.name,
+        type(exc).__name__,
+        exc,
+    )
 
 
 def _safe_repr(obj: object) -> str:
@@ -334,9 +344,13 @@ def _create_emitter(
             else:
                 # The floor is also the fast path's int64 bound for signed kinds.
                 lowest = 0 if spec.kind in NON_NEGATIVE_KINDS else INT64_MIN
+                emit_int = emit
                 if spec.kind in SUM_KINDS:
-                    emit = _Int64Sum(emit, _sum_warning(state, spec.key), caller_locks=coalesced)
-                entry = cache.emitters[spec.key] = (emit, lowest)
+                    # Only ints can pass int64; floats skip the guard's extra call.
+                    emit_int = _Int64Sum(
+                        emit, _sum_warning(state, spec.key), caller_locks=coalesced
+                    )
+                entry = cache.emitters[spec.key] = (emit, emit_int, lowest, not coalesced)
     # Logged outside the registry lock, as every warning here.
     if advisory_error is not None:
         state.warnings.warn(
@@ -369,7 +383,7 @@ def _bound_emitter(
     state: MetricGroup, cache: MeterCache, meter: Any, key: str, entry: Emitter
 ) -> Emitter:
     """Return `entry` wrapped to apply the cardinality limit, wrapping it once per key."""
-    emit, lowest = entry
+    emit_int, lowest, direct = entry[1:]
     name = state.spec_by_key[key].name
     try:
         scope = repr(meter.name)
@@ -394,7 +408,10 @@ def _bound_emitter(
     with _registry.lock:
         bounded = cache.bounded.get(key)
         if bounded is None:
-            bounded = cache.bounded[key] = (_cardinality.BoundedEmitter(emit, warn), lowest)
+            # One wrapper for both (it keeps the attribute sets seen); the int path's
+            # record method takes floats too.
+            limited = _cardinality.BoundedEmitter(emit_int, warn)
+            bounded = cache.bounded[key] = (limited, limited, lowest, direct)
     return bounded
 
 

@@ -23,7 +23,10 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger(__name__)
 
-Emitter: TypeAlias = tuple[Callable[..., object], int]
+#: How `record_metrics` records one key: the record method for a float, the one for an
+#: int (for counters, behind the int64 guard), the lowest value of the kind, and whether
+#: the value goes to the SDK directly (False: it is coalesced; see `_coalesce`).
+Emitter: TypeAlias = tuple[Callable[..., object], Callable[..., object], int, bool]
 
 
 class MeterCache:
@@ -33,8 +36,9 @@ class MeterCache:
 
     def __init__(self, ref: Any) -> None:
         self.ref = ref
-        #: key -> its instrument's record method (`set`, `add` or `record`) and the
-        #: lowest value its kind accepts on the fast path (0, or int64's minimum).
+        #: key -> its instrument's record methods (`set`, `add` or `record`; see
+        #: `Emitter`) and the lowest value its kind accepts on the fast path (0, or int64's
+        #: minimum).
         self.emitters: dict[str, Emitter] = {}
         #: The same, each wrapped to apply the cardinality limit (with the attribute sets
         #: its instrument has seen): used for calls with attributes while a limit is set.

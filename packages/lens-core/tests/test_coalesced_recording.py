@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk.metrics")
 
+from lens_exporters import RecordingMetricExporter
 from lens_fork import in_child
 from opentelemetry.sdk.metrics import (
     Counter,
@@ -23,8 +24,6 @@ from opentelemetry.sdk.metrics import (
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     InMemoryMetricReader,
-    MetricExporter,
-    MetricExportResult,
     MetricsData,
     PeriodicExportingMetricReader,
 )
@@ -53,26 +52,6 @@ DELTA: dict[type, AggregationTemporality] = {
     UpDownCounter: AggregationTemporality.DELTA,
     Histogram: AggregationTemporality.DELTA,
 }
-
-
-class KeepingExporter(MetricExporter):
-    """Keeps every batch it is asked to export."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.batches: list[MetricsData] = []
-
-    def export(
-        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-    ) -> MetricExportResult:
-        self.batches.append(metrics_data)
-        return MetricExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return True
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        return None
 
 
 def values_of(data: MetricsData | None, name: str) -> list[Any]:
@@ -213,7 +192,7 @@ def test_sixteen_threads_adding_to_one_counter_give_the_exact_sum() -> None:
 
 
 def test_force_flush_and_shutdown_export_every_buffered_value() -> None:
-    exporter = KeepingExporter()
+    exporter = RecordingMetricExporter()
     # An interval that never elapses in the test: only force_flush and shutdown export.
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=600_000)
     handle = setup_telemetry(

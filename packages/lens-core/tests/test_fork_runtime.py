@@ -14,11 +14,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from lens_exporters import RecordingMetricExporter
 from lens_fork import in_child
 from opentelemetry.sdk.metrics.export import (
     InMemoryMetricReader,
     MetricExporter,
-    MetricExportResult,
     MetricsData,
     PeriodicExportingMetricReader,
 )
@@ -51,26 +51,6 @@ def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("OTEL_METRIC_EXPORT_INTERVAL", raising=False)
     with isolated_telemetry(clear_span_registry=True):
         yield
-
-
-class RecordingMetricExporter(MetricExporter):
-    """Keeps every batch it is asked to export."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.batches: list[MetricsData] = []
-
-    def export(
-        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-    ) -> MetricExportResult:
-        self.batches.append(metrics_data)
-        return MetricExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return True
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        return None
 
 
 class RecordingSpanExporter(SpanExporter):

@@ -204,6 +204,18 @@ class PendingInstrument:
         self.record = record
         self._series: dict[frozenset[Any], list[Any]] = {}
 
+    def _entry(self, value: float, attributes: Mapping[str, object] | None) -> list[Any] | None:
+        """The interval's entry of `attributes`' series; None when there was none, after
+        starting it with `value`."""
+        key, copied = self._buffer.series_of(attributes) if attributes else _NONE
+        series = self._series
+        entry = series.get(key)
+        if entry is None:
+            if not series:
+                self._dirty.append(self)
+            series[key] = [value, copied]
+        return entry
+
     def take(self) -> dict[frozenset[Any], list[Any]]:
         """Return the buffered series and start afresh (the buffer's lock is held)."""
         series, self._series = self._series, {}
@@ -211,26 +223,16 @@ class PendingInstrument:
 
     def set(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         """A gauge's `set`: the last value of the interval wins."""
-        key, copied = self._buffer.series_of(attributes) if attributes else _NONE
-        series = self._series
-        entry = series.get(key)
-        if entry is None:
-            if not series:
-                self._dirty.append(self)
-            series[key] = [value, copied]
-        else:
+        entry = self._entry(value, attributes)
+        if entry is not None:
             entry[0] = value
 
     def add(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         """A counter's or up-down counter's `add`: the interval's values are summed."""
-        key, copied = self._buffer.series_of(attributes) if attributes else _NONE
-        series = self._series
-        entry = series.get(key)
+        entry = self._entry(value, attributes)
         if entry is None:
-            if not series:
-                self._dirty.append(self)
-            series[key] = [value, copied]
             return
+        copied = entry[1]
         total = entry[0]
         if total is _HANDED_OVER:
             self.record(value, copied)

@@ -37,7 +37,7 @@ from opentelemetry.sdk.resources import Resource
 
 from nemo.lens import MetricSpec, record_metrics, register_metric_group
 from nemo.lens._sdk import _coalescing
-from nemo.lens.instruments import _coalesce
+from nemo.lens.instruments import _cardinality, _coalesce
 
 GROUP = "equivalence"
 SPECS = [
@@ -179,21 +179,25 @@ def exported(reader: InMemoryMetricReader) -> dict[str, Any]:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(sequence=operations)
+@given(limit=st.sampled_from([0, 0, 2]), sequence=operations)
 # Floats a second reader would sum in another grouping (0.1 + 0.5, not 0.1 + 0.2 + 0.3).
 @example(
+    limit=0,
     sequence=[
         ("record", {"c": 0.1, "u": 0.1}, None),
         ("collect", 0),
         ("record", {"c": 0.2, "u": 0.2}, None),
         ("record", {"c": 0.3, "u": 0.3}, None),
         ("collect", 1),
-    ]
+    ],
 )
 def test_coalesced_recording_exports_what_direct_recording_exports(
-    setup: tuple[str, ...], sequence: list[tuple[Any, ...]]
+    setup: tuple[str, ...], limit: int, sequence: list[tuple[Any, ...]]
 ) -> None:
+    """The same records and collections give the same points on both paths (with lens's
+    cardinality limit off, or at 2 attribute sets per instrument)."""
     register_metric_group(GROUP, SPECS, allow_override=True)
+    _cardinality.set_limit(limit)
     direct_provider, direct_meter, direct_readers = build(setup, coalesced=False)
     lens_provider, lens_meter, lens_readers = build(setup, coalesced=True)
     try:
@@ -213,6 +217,7 @@ def test_coalesced_recording_exports_what_direct_recording_exports(
             for direct_reader, lens_reader in pairs:
                 assert exported(lens_reader) == exported(direct_reader)
     finally:
+        _cardinality.set_limit(0)
         direct_provider.shutdown()
         lens_provider.shutdown()
 

@@ -71,7 +71,7 @@ def values_of(data: MetricsData | None, name: str) -> list[Any]:
 def pending_series(handle: TelemetryHandle) -> int:
     buffer = _coalesce.buffer_for(handle.meter)
     assert buffer is not None
-    with buffer.lock:
+    with buffer._lock:
         return sum(len(pending._series) for pending in buffer._dirty)
 
 
@@ -91,6 +91,7 @@ def in_memory_setup(**reader_options: Any) -> tuple[TelemetryHandle, InMemoryMet
 
 
 def test_setup_meters_coalesce_and_other_meters_record_directly() -> None:
+    """handle.meter and handle.get_meter() coalesce; a provider lens did not build does not."""
     handle, reader = in_memory_setup()
     own = MeterProvider(metric_readers=[InMemoryMetricReader()], shutdown_on_exit=False)
     try:
@@ -110,6 +111,7 @@ def test_setup_meters_coalesce_and_other_meters_record_directly() -> None:
 
 
 def test_a_collection_hands_over_the_last_gauge_value_and_the_interval_sum() -> None:
+    """A gauge hands over its last value, a sum the sum of the interval, once."""
     handle, reader = in_memory_setup(preferred_temporality=DELTA)
     try:
         for step in range(5):
@@ -139,6 +141,7 @@ def test_flushed_series_leave_the_buffer() -> None:
 
 
 def test_invalid_values_are_refused_at_record_time(caplog: pytest.LogCaptureFixture) -> None:
+    """Validation and its warnings happen in record_metrics, not at the collection."""
     handle, reader = in_memory_setup()
     try:
         with caplog.at_level(logging.WARNING, logger="nemo.lens"):
@@ -192,6 +195,7 @@ def test_sixteen_threads_adding_to_one_counter_give_the_exact_sum() -> None:
 
 
 def test_force_flush_and_shutdown_export_every_buffered_value() -> None:
+    """force_flush and shutdown hand over every value recorded before them."""
     exporter = RecordingMetricExporter()
     # An interval that never elapses in the test: only force_flush and shutdown export.
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=600_000)
@@ -209,14 +213,21 @@ def test_force_flush_and_shutdown_export_every_buffered_value() -> None:
 
 
 def test_a_forked_child_starts_empty_and_never_flushes_the_parent_values() -> None:
+    """A child has no buffer of its parent's, and the parent's pending value stays pending."""
     handle, reader = in_memory_setup(preferred_temporality=DELTA)
     try:
         record_metrics(handle.meter, GROUP, tokens=4)  # pending in the parent at the fork
+        parent_buffer = _coalesce.buffer_for(handle.meter)
+        assert parent_buffer is not None
 
         def child() -> dict[str, Any]:
             inherited_buffer = _coalesce.buffer_for(handle.meter)
             record_metrics(handle.meter, GROUP, tokens=100)  # a warned no-op here
             inherited_collect = reader.get_metrics_data()
+            # The parent's pending value was neither flushed nor added to here.
+            still_pending = [
+                entry[0] for pending in parent_buffer._dirty for entry in pending._series.values()
+            ]
             own_reader = InMemoryMetricReader()
             own = setup_telemetry(
                 NemoLensConfig(enabled=True, traces_enabled=False), metric_reader=own_reader
@@ -230,6 +241,7 @@ def test_a_forked_child_starts_empty_and_never_flushes_the_parent_values() -> No
                 "inherited_collect": inherited_collect is not None,
                 "own_buffer": own_buffer is not None,
                 "own_values": own_values,
+                "still_pending": still_pending,
             }
 
         assert in_child(child) == {
@@ -237,6 +249,7 @@ def test_a_forked_child_starts_empty_and_never_flushes_the_parent_values() -> No
             "inherited_collect": False,
             "own_buffer": True,
             "own_values": [1],
+            "still_pending": [4],
         }
         # The parent's pending value is still the parent's, once.
         assert values_of(reader.get_metrics_data(), "co.tokens") == [4]
@@ -245,6 +258,7 @@ def test_a_forked_child_starts_empty_and_never_flushes_the_parent_values() -> No
 
 
 def test_coalesced_values_get_no_exemplars_even_when_collected_inside_a_span() -> None:
+    """With the default trace-based exemplar filter, coalesced values carry no exemplar."""
     handle, reader = in_memory_setup()
     tracer = TracerProvider().get_tracer("exemplars")
     try:

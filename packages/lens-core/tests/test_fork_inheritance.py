@@ -90,10 +90,12 @@ def busy_parent() -> Iterator[TelemetryHandle]:
 
     def record_nonstop(worker: int) -> None:
         # Nonstop aggregation (histograms recorded directly, gauges and sums handed over at
-        # each collection), new series and, every 50 steps, new instruments: the SDK then
-        # holds its aggregation, storage and instrument locks often, so a fork regularly
-        # lands while one is held. Series and instruments are bounded, so each 5 ms
-        # collection (which fork() waits for) stays short however long the test runs.
+        # each collection): the SDK holds its aggregation locks all the time, so a fork
+        # regularly lands while one is held. New series (the first 100 steps) and new
+        # instruments (every 50 steps, for the first 2,500) add its storage and instrument
+        # locks early on. Both are bounded, so each 5 ms collection (which fork() waits
+        # for) stays short however long the test runs; disabling lens's fork rule still
+        # hangs children here.
         step = 0
         while not stop.is_set():
             step += 1

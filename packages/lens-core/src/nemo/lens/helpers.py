@@ -101,6 +101,12 @@ _warnings = WarnOnce(_logger, "nemo.lens span helpers")
 _default_tracers: dict[str, tuple[object, object, Tracer]] = {}
 
 
+def forget_default_tracers() -> None:
+    """Drop the cached default tracers (`nemo.lens.testing` resets call it), so a provider
+    the globals forgot is not kept alive by the cache."""
+    _default_tracers.clear()
+
+
 def _look_up_default_tracer(scope: str, provider: object) -> Tracer:
     """`trace.get_tracer(scope)`, cached under `provider` (the global one, read just before)."""
     get_tracer = trace.get_tracer

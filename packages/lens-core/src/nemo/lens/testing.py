@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, propagate, trace
 
-from nemo.lens import _otel_internals, _shutdown, _warn_once, handle, state, strategies
+from nemo.lens import _otel_internals, _shutdown, _warn_once, handle, helpers, state, strategies
 from nemo.lens.groups import SpanRegistry
 from nemo.lens.instruments import _cardinality, _registry
 
@@ -117,6 +117,7 @@ def reset_otel_globals() -> None:
     if steps:
         _shutdown.run_within("reset_otel_globals", steps, RESET_SHUTDOWN_TIMEOUT_MS)
     _otel_internals.forget_global_tracer_provider()
+    helpers.forget_default_tracers()
     _otel_internals.forget_global_meter_provider()
     _otel_internals.forget_global_logger_provider()
     propagate.set_global_textmap(_default_propagator())

@@ -30,11 +30,15 @@ def coalesce_recording(
     would collect without the flush), or how the SDK keys series could not be told.
     """
     keyed_by_type = sdk_keys_by_type()
+    consumer = _otel_internals.provider_consumer(meter_provider)
+    if keyed_by_type is None or consumer is None:
+        for reader in readers:
+            _fork.gate_metric_reader(reader, owner_pid)
+        return None
     series_key = _coalesce.typed_series_key if keyed_by_type else _coalesce.plain_series_key
     buffer = _coalesce.CoalescingBuffer(series_key, coalesce_sums=len(readers) == 1)
     gated = [_fork.gate_metric_reader(reader, owner_pid, buffer.flush) for reader in readers]
-    consumer = _otel_internals.provider_consumer(meter_provider)
-    if keyed_by_type is None or not all(gated) or consumer is None:
+    if not all(gated):
         return None
     from opentelemetry.sdk.metrics import Meter
 

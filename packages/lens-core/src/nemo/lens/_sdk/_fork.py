@@ -13,7 +13,9 @@ there would send the parent's points a second time under the parent's name. So:
   `nemo.lens.instruments._registry`): the SDK's aggregation locks may be held there.
 - The child never deadlocks on the SDK's metric storage: collection runs under lens's
   collection gate, which `fork()` takes first, so the SDK's reader thread is never
-  halfway through a collection (holding storage locks) when the child is created.
+  halfway through a collection (holding storage locks) when the child is created. (The
+  hand-over of coalesced values just before runs outside the gate: like recording, it only
+  adds to storage the child never touches.)
 - The child may call `setup_telemetry` to start a pipeline of its own (the init guard is
   per process); that pipeline's `service.instance.id` carries the child's pid. Which
   providers a child inherited is `nemo.lens._inheritance`'s to know.
@@ -28,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from nemo.lens import _fork_hooks, _otel_internals
+from nemo.lens._warn_once import WarnOnce
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 
 _logger = logging.getLogger(__name__)
+_warnings = WarnOnce(_logger, "nemo.lens metric collection")
 
 #: How long fork() waits for an in-flight metric collection before going ahead.
 FORK_GATE_TIMEOUT_S: Final = 5.0
@@ -72,7 +76,16 @@ def gate_metric_reader(
         if before_collect is not None:
             # Outside the gate: like recording, it only adds to the SDK's storage, and a
             # fork need not wait for it (a child never touches its parent's instruments).
-            before_collect()
+            try:
+                before_collect()
+            except Exception as exc:  # never stop the reader: it would export no more
+                _warnings.warn(
+                    ("before collect", type(exc).__name__),
+                    "handing buffered metric values to the SDK before a collection failed "
+                    "(%s: %s); the collection goes ahead without them",
+                    type(exc).__name__,
+                    exc,
+                )
         with _gate:
             return original(*args, **kwargs)
 

@@ -18,10 +18,10 @@ What differs: the SDK samples no exemplars for coalesced values (they reach it o
 the span that recorded them), and a measurement's timestamp is its collection's.
 
 Values are validated by `record_metrics` before they get here; nothing here raises on
-the recording path. Thread-safe: `record_metrics` holds the buffer's lock for one call
-(a few dict operations per value), and a flush holds it only to take the values, never
-while handing them to the SDK. A forked child forgets every buffer (its parent's pending
-values are the parent's to export; see `nemo.lens._fork`).
+the recording path. Thread-safe: one lock per buffer, held for a few dict operations per
+value (and by a flush to take the values), never while logging or calling the SDK. A
+forked child forgets every buffer: its parent's pending values are the parent's to
+export (`_forget_buffers_in_child`, a fork hook).
 """
 
 from __future__ import annotations
@@ -81,28 +81,27 @@ def typed_series_key(attributes: Mapping[str, object]) -> frozenset[Any]:
 class CoalescingBuffer:
     """The values recorded on one pipeline's coalesced instruments since its last collection.
 
-    `record_metrics` holds `lock` for the whole of one call on a coalescing meter, so the
-    record methods below take no lock of their own and a call's attribute set is keyed
-    and copied once, not once per value.
+    Its lock guards only dict operations: no logging and no SDK call ever runs under it,
+    so a logging handler that records metrics, in any thread, cannot deadlock with it.
 
     Args:
         series_key: How the installed SDK tells attribute sets apart
             (`plain_series_key` or `typed_series_key`): a buffered series must be exactly
             one SDK series, or a gauge's last value could be handed over out of order.
         coalesce_sums: Also buffer counters and up-down counters. Only right with one
-            reader: every reader's storage gets what a flush hands over, so a second
-            reader, collecting at other moments, would sum the same floats in another
-            grouping (and round differently) than direct recording.
+            reader (lens's pipeline builds one): every reader's storage gets what a flush
+            hands over, so a second reader, collecting at other moments, would sum the
+            same floats in another grouping (and round differently) than direct recording.
     """
 
     __slots__ = (
         "__weakref__",
-        "_call_attributes",
-        "_call_series",
+        "_call",
         "_dirty",
         "_flush_lock",
+        "_lock",
+        "_pending",
         "coalesce_sums",
-        "lock",
         "series_key",
     )
 
@@ -114,43 +113,50 @@ class CoalescingBuffer:
     ) -> None:
         self.series_key = series_key
         self.coalesce_sums = coalesce_sums
-        #: Held by `record_metrics` around one call, and by a flush to take the values.
-        #: Re-entrant: a logging handler that records from inside a call still works.
-        self.lock = threading.RLock()
-        # Held while a flush hands values to the SDK. Neither lock is taken across fork():
-        # a child never touches its parent's buffers (see `_forget_buffers_in_child`).
+        # Neither lock is taken across fork(): a child never touches its parent's buffers
+        # (see `_forget_buffers_in_child`). `_lock` guards the buffered series; a flush
+        # holds `_flush_lock` while it hands values to the SDK.
+        self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         #: The instruments holding values, in the order they first got one.
         self._dirty: list[PendingInstrument] = []
-        # The attributes of the call in progress, and their (series key, copy).
-        self._call_attributes: object = None
-        self._call_series: tuple[frozenset[Any], dict[str, object]] = (_NO_ATTRIBUTES, {})
+        #: One per SDK instrument, however many groups or registrations record on it.
+        self._pending: dict[object, PendingInstrument] = {}
+        # The attributes of the latest call, with their series key and copy (see series_of).
+        self._call: tuple[object, frozenset[Any], Any] = _NO_CALL
 
     def coalesces(self, kind: str) -> bool:
         """True when values of instruments of `kind` are buffered here."""
         return kind == "gauge" or (self.coalesce_sums and kind in COALESCED_KINDS)
 
-    def instrument(self, record: Callable[..., object], kind: str) -> Callable[..., None]:
-        """The record method `record_metrics` calls for an SDK instrument of `kind`.
+    def instrument(self, instrument: object, record_name: str, kind: str) -> Callable[..., None]:
+        """The record method `record_metrics` calls for SDK `instrument` of `kind`.
 
-        `record` is the instrument's own `set` or `add`; the returned method has its
-        signature, `(value, attributes)`, and keeps the value for the next collection.
+        It has the signature of the instrument's own `set` or `add` (`record_name`),
+        `(value, attributes)`, and keeps the value for the next collection. Called under
+        the registry lock.
         """
-        pending = PendingInstrument(self, record)
+        pending = self._pending.get(instrument)
+        if pending is None:
+            pending = self._pending[instrument] = PendingInstrument(
+                self, getattr(instrument, record_name)
+            )
         return pending.set if kind == "gauge" else pending.add
 
     def begin_call(self) -> None:
-        """A new `record_metrics` call (the lock is held): forget the last call's
-        attributes, whose dict the caller may have changed since."""
-        self._call_attributes = None
+        """A new `record_metrics` call: forget the attributes of the last one, whose dict
+        the caller may have changed since."""
+        self._call = _NO_CALL
 
     def series_of(self, attributes: Mapping[str, object]) -> tuple[frozenset[Any], Any]:
         """The series key of `attributes` and a copy of them, made once per call."""
-        if attributes is not self._call_attributes:
-            # A copy: the caller may reuse and change its dict before the collection.
-            self._call_series = (self.series_key(attributes), dict(attributes))
-            self._call_attributes = attributes
-        return self._call_series
+        call = self._call
+        if call[0] is attributes:
+            return call[1], call[2]
+        # A copy: the caller may reuse and change its dict before the collection.
+        key, copied = self.series_key(attributes), dict(attributes)
+        self._call = (attributes, key, copied)
+        return key, copied
 
     def flush(self) -> None:
         """Hand every buffered series to its SDK instrument, then forget it; never raises.
@@ -160,7 +166,7 @@ class CoalescingBuffer:
         SDK, even while another reader's flush is still handing values over.
         """
         with self._flush_lock:
-            with self.lock:
+            with self._lock:
                 batches = [(pending, pending.take()) for pending in self._dirty]
                 self._dirty.clear()
             if batches:
@@ -191,30 +197,16 @@ class CoalescingBuffer:
 
 
 class PendingInstrument:
-    """One SDK instrument's buffered series: key -> [value, attributes as first given].
+    """One SDK instrument's buffered series: key -> [value, attributes as first given]."""
 
-    Its record methods run with the buffer's lock held (by `record_metrics`).
-    """
-
-    __slots__ = ("_buffer", "_dirty", "_series", "record")
+    __slots__ = ("_buffer", "_dirty", "_lock", "_series", "record")
 
     def __init__(self, buffer: CoalescingBuffer, record: Callable[..., object]) -> None:
         self._buffer = buffer
+        self._lock = buffer._lock
         self._dirty = buffer._dirty
         self.record = record
         self._series: dict[frozenset[Any], list[Any]] = {}
-
-    def _entry(self, value: float, attributes: Mapping[str, object] | None) -> list[Any] | None:
-        """The interval's entry of `attributes`' series; None when there was none, after
-        starting it with `value`."""
-        key, copied = self._buffer.series_of(attributes) if attributes else _NONE
-        series = self._series
-        entry = series.get(key)
-        if entry is None:
-            if not series:
-                self._dirty.append(self)
-            series[key] = [value, copied]
-        return entry
 
     def take(self) -> dict[frozenset[Any], list[Any]]:
         """Return the buffered series and start afresh (the buffer's lock is held)."""
@@ -223,34 +215,50 @@ class PendingInstrument:
 
     def set(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         """A gauge's `set`: the last value of the interval wins."""
-        entry = self._entry(value, attributes)
-        if entry is not None:
-            entry[0] = value
+        key, copied = self._buffer.series_of(attributes) if attributes else _NONE
+        with self._lock:
+            series = self._series
+            entry = series.get(key)
+            if entry is None:
+                if not series:
+                    self._dirty.append(self)
+                series[key] = [value, copied]
+            else:
+                entry[0] = value
 
     def add(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         """A counter's or up-down counter's `add`: the interval's values are summed."""
-        entry = self._entry(value, attributes)
-        if entry is None:
-            return
-        copied = entry[1]
-        total = entry[0]
-        if total is _HANDED_OVER:
-            self.record(value, copied)
-            return
-        summed = total + value
-        if summed - summed != 0:
-            # Finite values whose sum overflows: the SDK would sum them to an infinity
-            # itself but refuses an infinite value, so it gets them one by one, for the
-            # rest of the interval.
-            entry[0] = _HANDED_OVER
-            self.record(total, copied)
-            self.record(value, copied)
-        else:
-            entry[0] = summed
+        key, copied = self._buffer.series_of(attributes) if attributes else _NONE
+        with self._lock:
+            series = self._series
+            entry = series.get(key)
+            if entry is None:
+                if not series:
+                    self._dirty.append(self)
+                series[key] = [value, copied]
+                return
+            total = entry[0]
+            if total is _HANDED_OVER:
+                direct: tuple[Any, ...] = (value,)
+            else:
+                summed = total + value
+                if summed - summed == 0:
+                    entry[0] = summed
+                    return
+                # Finite values whose sum overflows: the SDK would sum them to an infinity
+                # itself but refuses an infinite value, so it gets them one by one (after
+                # the lock is released), for the rest of the interval.
+                entry[0] = _HANDED_OVER
+                direct = (total, value)
+            copied = entry[1]
+        for number in direct:
+            self.record(number, copied)
 
 
 # The series of a value recorded without attributes.
 _NONE: Final = (_NO_ATTRIBUTES, None)
+# `series_of`'s memory before any call: no attributes object is this one.
+_NO_CALL: Final[tuple[object, frozenset[Any], Any]] = (object(), _NO_ATTRIBUTES, None)
 # A sum series recorded directly until the next collection (see `add`).
 _HANDED_OVER: Final = object()
 

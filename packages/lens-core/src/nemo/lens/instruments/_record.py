@@ -111,64 +111,52 @@ def record_metrics(
             if attributes and _cardinality.limit:
                 emitters = cache.bounded
                 bounded = True
-        # On a coalescing meter the call holds its buffer's lock, once, while it buffers;
-        # the values it records directly (histograms) wait until the lock is released,
-        # so no thread holds it across an SDK call (see _coalesce).
         buffer = cache.buffer
-        deferred: list[tuple[str, Callable[..., object], object]] | None = None
         if buffer is not None:
-            deferred = []
-            buffer.lock.acquire()
-        try:
-            if buffer is not None:
-                buffer.begin_call()
-            for key, value in items.items():
-                try:
-                    emit, emit_int, lowest, direct = emitters[key]
-                except KeyError:  # None, an undeclared key, or the key's first record
-                    if value is None:
-                        continue
-                    entry = _create_emitter(state, cache, meter, key)
-                    if entry is not None and bounded:
-                        entry = _bound_emitter(state, cache, meter, key, entry)
-                    if entry is None:
-                        continue
-                    emit, emit_int, lowest, direct = entry
-                # One chained comparison per value: it fails for NaN, infinities, values
-                # below the kind's floor and ints outside int64 (what OTLP carries); the
-                # slow path sorts out which of those can still be recorded.
-                value_type = type(value)
-                if value_type is float:
-                    if not lowest <= value < _INFINITY:
-                        value = _float_outside_fast_range(state, key, value, lowest)
-                        if value is None:
-                            continue
-                elif value_type is int and lowest <= value <= INT64_MAX:
-                    emit = emit_int
-                else:
-                    if value is None:
-                        continue
-                    value = _coerce(state, key, value, lowest)
-                    if value is None:
-                        continue
-                    if type(value) is int:
-                        emit = emit_int
-                if deferred is not None and direct:
-                    deferred.append((key, emit, value))
+            buffer.begin_call()  # this call's attributes are keyed and copied afresh
+        for key, value in items.items():
+            try:
+                emit, emit_int, lowest = emitters[key]
+            except KeyError:  # None, an undeclared key, or the key's first record
+                if value is None:
                     continue
-                try:
-                    emit(value, attributes)
-                except Exception as exc:
-                    _warn_emit_failed(state, key, exc)
-        finally:
-            if buffer is not None:
-                buffer.lock.release()
-        if deferred:
-            for key, emit, value in deferred:
-                try:
-                    emit(value, attributes)
-                except Exception as exc:
-                    _warn_emit_failed(state, key, exc)
+                entry = _create_emitter(state, cache, meter, key)
+                if entry is not None and bounded:
+                    entry = _bound_emitter(state, cache, meter, key, entry)
+                if entry is None:
+                    continue
+                emit, emit_int, lowest = entry
+            # One chained comparison per value: it fails for NaN, infinities, values below
+            # the kind's floor and ints outside int64 (what OTLP carries); the slow path
+            # sorts out which of those can still be recorded.
+            value_type = type(value)
+            if value_type is float:
+                if not lowest <= value < _INFINITY:
+                    value = _float_outside_fast_range(state, key, value, lowest)
+                    if value is None:
+                        continue
+            elif value_type is int and lowest <= value <= INT64_MAX:
+                emit = emit_int
+            else:
+                if value is None:
+                    continue
+                value = _coerce(state, key, value, lowest)
+                if value is None:
+                    continue
+                if type(value) is int:
+                    emit = emit_int
+            try:
+                emit(value, attributes)
+            except Exception as exc:
+                state.warnings.warn(
+                    ("emit", key),
+                    "record_metrics: recording key %r of group %r failed (%s: %s); the "
+                    "value was dropped",
+                    key,
+                    state.name,
+                    type(exc).__name__,
+                    exc,
+                )
     except Exception as exc:  # a defect in lens itself: still never break the step
         UNREGISTERED.warnings.warn(
             ("internal", type(exc).__name__),
@@ -176,17 +164,6 @@ def record_metrics(
             type(exc).__name__,
             exc,
         )
-
-
-def _warn_emit_failed(state: MetricGroup, key: str, exc: Exception) -> None:
-    state.warnings.warn(
-        ("emit", key),
-        "record_metrics: recording key %r of group %r failed (%s: %s); the value was dropped",
-        key,
-        state.name,
-        type(exc).__name__,
-        exc,
-    )
 
 
 def _safe_repr(obj: object) -> str:
@@ -333,11 +310,11 @@ def _create_emitter(
         if entry is None and spec.key not in cache.failed:
             try:
                 instrument, advisory_error = _create_instrument(meter, spec, create_name)
-                emit = getattr(instrument, record_name)
                 buffer = cache.buffer
-                coalesced = buffer is not None and buffer.coalesces(spec.kind)
-                if buffer is not None and coalesced:
-                    emit = buffer.instrument(emit, spec.kind)
+                if buffer is not None and buffer.coalesces(spec.kind):
+                    emit = buffer.instrument(instrument, record_name, spec.kind)
+                else:
+                    emit = getattr(instrument, record_name)
             except Exception as exc:
                 cache.failed.add(spec.key)
                 error = exc
@@ -347,10 +324,8 @@ def _create_emitter(
                 emit_int = emit
                 if spec.kind in SUM_KINDS:
                     # Only ints can pass int64; floats skip the guard's extra call.
-                    emit_int = _Int64Sum(
-                        emit, _sum_warning(state, spec.key), caller_locks=coalesced
-                    )
-                entry = cache.emitters[spec.key] = (emit, emit_int, lowest, not coalesced)
+                    emit_int = _Int64Sum(emit, _sum_warning(state, spec.key))
+                entry = cache.emitters[spec.key] = (emit, emit_int, lowest)
     # Logged outside the registry lock, as every warning here.
     if advisory_error is not None:
         state.warnings.warn(
@@ -383,7 +358,7 @@ def _bound_emitter(
     state: MetricGroup, cache: MeterCache, meter: Any, key: str, entry: Emitter
 ) -> Emitter:
     """Return `entry` wrapped to apply the cardinality limit, wrapping it once per key."""
-    emit_int, lowest, direct = entry[1:]
+    emit_int, lowest = entry[1:]
     name = state.spec_by_key[key].name
     try:
         scope = repr(meter.name)
@@ -411,7 +386,7 @@ def _bound_emitter(
             # One wrapper for both (it keeps the attribute sets seen); the int path's
             # record method takes floats too.
             limited = _cardinality.BoundedEmitter(emit_int, warn)
-            bounded = cache.bounded[key] = (limited, limited, lowest, direct)
+            bounded = cache.bounded[key] = (limited, limited, lowest)
     return bounded
 
 
@@ -489,24 +464,17 @@ class _Int64Sum:
 
     __slots__ = ("_add", "_as_float", "_lock", "_total", "_warn")
 
-    def __init__(
-        self, add: Callable[..., object], warn: Callable[[], None], *, caller_locks: bool
-    ) -> None:
+    def __init__(self, add: Callable[..., object], warn: Callable[[], None]) -> None:
         self._add = add
         self._warn = warn
         self._total = 0
         self._as_float = False
-        # A coalesced add runs under its buffer's lock already (`caller_locks`).
-        self._lock = None if caller_locks else threading.Lock()
+        self._lock = threading.Lock()
 
     def __call__(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         if type(value) is int and not self._as_float:
-            lock = self._lock
-            if lock is None:
+            with self._lock:
                 switched = self._count(value)
-            else:
-                with lock:
-                    switched = self._count(value)
             if switched:
                 self._warn()
         if self._as_float:

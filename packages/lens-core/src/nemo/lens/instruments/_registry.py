@@ -24,9 +24,8 @@ if TYPE_CHECKING:
 _logger = logging.getLogger(__name__)
 
 #: How `record_metrics` records one key: the record method for a float, the one for an
-#: int (for counters, behind the int64 guard), the lowest value of the kind, and whether
-#: the value goes to the SDK directly (False: it is coalesced; see `_coalesce`).
-Emitter: TypeAlias = tuple[Callable[..., object], Callable[..., object], int, bool]
+#: int (for counters, behind the int64 guard), and the lowest value of the kind.
+Emitter: TypeAlias = tuple[Callable[..., object], Callable[..., object], int]
 
 
 class MeterCache:

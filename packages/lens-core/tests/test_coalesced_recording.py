@@ -278,3 +278,83 @@ def test_coalesced_values_get_no_exemplars_even_when_collected_inside_a_span() -
         assert not points["co.tokens"].exemplars
     finally:
         handle.shutdown()
+
+
+def test_series_keys_follow_each_sdk_rule() -> None:
+    """The plain key merges what Python finds equal (1, True, 1.0), as SDKs up to 1.30 do;
+    the typed key keeps them apart, as 1.45 does, and ignores key order either way."""
+    plain, typed = _coalesce.plain_series_key, _coalesce.typed_series_key
+    assert plain({"a": 1}) == plain({"a": True}) == plain({"a": 1.0})
+    assert len({typed({"a": 1}), typed({"a": True}), typed({"a": 1.0})}) == 3
+    assert typed({"t": (1, 2)}) != typed({"t": (1.0, 2.0)})
+    assert typed({"a": 1, "b": "x"}) == typed({"b": "x", "a": 1}) == plain({"a": 1, "b": "x"})
+
+
+def test_groups_sharing_an_instrument_share_its_buffer() -> None:
+    """Two groups declaring one name record into one SDK instrument; its buffered series is
+    one, so the last gauge value is the last one recorded, whichever group recorded it."""
+    register_metric_group("other", [MetricSpec("loss_too", "co.loss", "gauge")])
+    handle, reader = in_memory_setup()
+    try:
+        record_metrics(handle.meter, GROUP, loss=1.0)
+        record_metrics(handle.meter, "other", loss_too=2.0)
+        record_metrics(handle.meter, GROUP, loss=3.0)
+        assert pending_series(handle) == 1
+        assert values_of(reader.get_metrics_data(), "co.loss") == [3.0]
+    finally:
+        handle.shutdown()
+
+
+def test_a_sum_that_overflows_reaches_the_sdk_value_by_value() -> None:
+    """Finite values whose sum passes the float range are handed over one by one, so the
+    SDK sums them (to infinity, as with direct recording) instead of refusing one infinite
+    value; later values of the interval go straight to the SDK."""
+    handle, reader = in_memory_setup()
+    try:
+        for _ in range(3):
+            record_metrics(handle.meter, GROUP, queue=1e308)
+        assert values_of(reader.get_metrics_data(), "co.queue") == [math.inf]
+    finally:
+        handle.shutdown()
+
+
+def test_a_failing_hand_over_is_warned_once_and_never_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Broken:
+        def set(self, value: float, attributes: object = None) -> None:
+            raise RuntimeError("instrument gone")
+
+    buffer = _coalesce.CoalescingBuffer(_coalesce.plain_series_key, coalesce_sums=True)
+    record = buffer.instrument(Broken(), "set", "gauge")
+    record(1.0, {"a": 1})
+    with caplog.at_level(logging.WARNING, logger="nemo.lens"):
+        buffer.flush()
+        record(2.0, None)
+        buffer.flush()
+    messages = [r.getMessage() for r in caplog.records if "instrument gone" in r.getMessage()]
+    assert len(messages) == 1
+    assert "dropped" in messages[0]
+
+
+def test_an_sdk_meter_without_a_consumer_is_recorded_directly() -> None:
+    """A release that renamed the meter's consumer attribute: lens records directly."""
+    handle, _ = in_memory_setup()
+    try:
+        meter = handle.get_meter("renamed.consumer")
+        assert _coalesce.buffer_for(meter) is not None
+        del meter._measurement_consumer  # type: ignore[attr-defined]
+        assert _coalesce.buffer_for(meter) is None
+    finally:
+        handle.shutdown()
+
+
+def test_the_fork_hook_forgets_every_buffer() -> None:
+    """What a forked child runs (the fork test's child cannot report coverage)."""
+    handle, _ = in_memory_setup()
+    try:
+        assert _coalesce.buffer_for(handle.meter) is not None
+        _coalesce._forget_buffers_in_child()
+        assert _coalesce.buffer_for(handle.meter) is None
+    finally:
+        handle.shutdown()

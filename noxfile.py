@@ -22,6 +22,7 @@ its interpreter and installed `opentelemetry-*` versions before it checks anythi
 
 from __future__ import annotations
 
+import atexit
 import os
 import pathlib
 import re
@@ -29,8 +30,6 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import nox
 from packaging.requirements import Requirement
@@ -84,6 +83,27 @@ def _add_pyenv_interpreters_to_path() -> None:
 
 
 _add_pyenv_interpreters_to_path()
+
+# The machines set PYTHONDONTWRITEBYTECODE=1, and uv compiles nothing at install, so every
+# pytest process and every `lens` subprocess a test starts would compile the tests and all
+# of OpenTelemetry again (17 s of collection per pytest process). Every process nox starts
+# writes its bytecode instead, into one cache outside the source tree; each module is
+# compiled the first time it is imported, not everything a venv holds.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault("PYTHONPYCACHEPREFIX", str(ROOT / ".nox" / "pycache"))
+
+
+def test_workers() -> str:
+    """pytest-xdist workers for a test run: one per core this process may use (the tests
+    mostly wait on threads, sockets and children, so the cores are the limit), or
+    LENS_TEST_WORKERS ("0" runs the tests in the pytest process itself)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return os.environ.get("LENS_TEST_WORKERS", str(cores or 1))
+
+
+# pytest-xdist's options for every session that runs many tests: `worksteal` hands a
+# worker that is done the queued tests of a busy one (the fork and CLI tests are slow).
+XDIST = ("-n", test_workers(), "--dist", "worksteal")
 
 # One OpenTelemetry axis: API, SDK and both OTLP exporters at the same release.
 OTEL_FLOOR = "1.23.0"  # lens-core's declared floor: the first API with a synchronous gauge
@@ -325,8 +345,7 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
     pins = lowest_declared_pins() if otel == OTEL_FLOOR else otel_pins(otel)
     requirements = [*pins, *COMPANION_PINS.get(otel, ()), *group("test")]
     if install == "wheel":
-        with built_distributions(session, sdists=False, packages=(CORE,)) as out_dir:
-            session.install(f"{wheel_of(out_dir, 'lens-core')}[{CORE_EXTRAS}]", *requirements)
+        session.install(f"{built_wheel(session, 'lens-core')}[{CORE_EXTRAS}]", *requirements)
     else:
         session.install("-e", f"{CORE}[{CORE_EXTRAS}]", *requirements)
     show_versions(session)
@@ -336,25 +355,21 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
         else:
             session.run("python", "-m", "pip", "check")
     env = {"LENS_TEST_SHIMS": "none", "LENS_TEST_INSTALL": install}
-    test_paths = ("packages/lens-core/tests", "tests")
-    runner = ["python", "-m", "pytest"]
-    if check_coverage:
-        coverage_file = pathlib.Path(session.create_tmp()) / ".coverage"
-        env["COVERAGE_FILE"] = str(coverage_file)
-        for stale in coverage_file.parent.glob(".coverage*"):
-            stale.unlink()
-        runner = ["coverage", "run", "-m", "pytest"]
-    session.run(*runner, "-m", f"not fork and {ELSEWHERE}", *test_paths, *session.posargs, env=env)
-    # The tests that fork run in a process of their own, untraced: a child forked while
-    # another thread holds coverage's tracer lock hangs inside coverage.
-    session.run(
-        "python", "-m", "pytest", "-m", f"fork and {ELSEWHERE}", *test_paths, *session.posargs,
-        env=env,
-    )  # fmt: skip
+    pytest = ["python", "-m", "pytest", *XDIST, "packages/lens-core/tests", "tests"]
     if not check_coverage:
+        session.run(*pytest, "-m", ELSEWHERE, *session.posargs, env=env)
         return
-    # Maps a wheel's site-packages paths onto the source tree ([tool.coverage.paths]).
-    session.run("coverage", "combine", "-q", env=env)
+    coverage_file = pathlib.Path(session.create_tmp()) / ".coverage"
+    env["COVERAGE_FILE"] = str(coverage_file)
+    for stale in coverage_file.parent.glob(".coverage*"):
+        stale.unlink()
+    # pytest-cov traces every xdist worker and combines their data into COVERAGE_FILE,
+    # mapping a wheel's site-packages paths onto the source tree ([tool.coverage.paths]).
+    traced = ("--cov", "--cov-report=")
+    session.run(*pytest, *traced, "-m", f"not fork and {ELSEWHERE}", *session.posargs, env=env)
+    # The tests that fork run untraced, in a run of their own: a child forked while another
+    # thread holds coverage's tracer lock hangs inside coverage.
+    session.run(*pytest, "-m", f"fork and {ELSEWHERE}", *session.posargs, env=env)
     for include, floor in COVERAGE_FLOORS:
         session.run(
             "coverage", "report", f"--include={include}", f"--fail-under={floor}",
@@ -381,43 +396,51 @@ def run_soak_tests(session: nox.Session, otel: str) -> None:
     session.install("-e", f"{CORE}[all]", *otel_pins(otel), *group("test"))
     show_versions(session)
     session.run(
-        "python", "-m", "pytest", "-m", "soak", "packages/lens-core/tests", "tests",
+        "python", "-m", "pytest", *XDIST, "-m", "soak", "packages/lens-core/tests", "tests",
         *session.posargs,
         env={"LENS_TEST_SHIMS": "none", "LENS_TEST_INSTALL": "editable"},
     )  # fmt: skip
 
 
-@contextmanager
-def built_distributions(
-    session: nox.Session, *, sdists: bool, packages: tuple[pathlib.Path, ...]
-) -> Iterator[pathlib.Path]:
-    """Build `packages` into a new temporary directory and yield it: with
-    `sdists`, each package's sdist and the wheel built from that sdist (what an installer
-    given only the sdist would get); without, each wheel straight from the source tree."""
+# Where this nox run built the distributions, once (built_distributions).
+_built_dir: pathlib.Path | None = None
+
+
+def built_distributions(session: nox.Session) -> pathlib.Path:
+    """The directory holding every distribution's sdist and the wheel built from that sdist
+    (what an installer given only the sdist gets). The first session that asks builds them
+    into a temporary directory; every later session of the same nox run reuses it, and the
+    directory is removed when nox exits."""
+    global _built_dir
+    if _built_dir is not None:
+        session.log(f"reusing the distributions built in {_built_dir}")
+        return _built_dir
     out_dir = pathlib.Path(tempfile.mkdtemp(prefix="lens-dist-"))
-    try:
-        # No kind flag is uv's and build's own default: the sdist, then the wheel from it.
-        # Naming both (`--sdist --wheel`) would build each from the source tree instead.
-        kinds = [] if sdists else ["--wheel"]
-        if session.venv_backend != "uv":
-            session.install(*group("build"))
-        for package in packages:
-            if session.venv_backend == "uv":
-                session.run(
-                    uv_binary(), "build", "-q", *kinds, "--out-dir", str(out_dir), str(package),
-                    external=True,
-                )  # fmt: skip
-            else:
-                session.run("python", "-m", "build", *kinds, "--outdir", str(out_dir), str(package))
-        yield out_dir
-    finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
+    atexit.register(shutil.rmtree, out_dir, ignore_errors=True)
+    if session.venv_backend != "uv":
+        session.install(*group("build"))
+    # No kind flag is uv's and build's own default: the sdist, then the wheel from it.
+    # Naming both (`--sdist --wheel`) would build each from the source tree instead.
+    for package in DISTRIBUTIONS.values():
+        if session.venv_backend == "uv":
+            session.run(
+                uv_binary(), "build", "-q", "--out-dir", str(out_dir), str(package), external=True
+            )
+        else:
+            session.run("python", "-m", "build", "--outdir", str(out_dir), str(package))
+    _built_dir = out_dir
+    return out_dir
 
 
 def wheel_of(out_dir: pathlib.Path, distribution: str) -> pathlib.Path:
     """The one wheel of `distribution` in `out_dir`."""
     (wheel,) = out_dir.glob(f"{distribution.replace('-', '_')}-*.whl")
     return wheel
+
+
+def built_wheel(session: nox.Session, distribution: str) -> pathlib.Path:
+    """This nox run's wheel of `distribution` (built_distributions)."""
+    return wheel_of(built_distributions(session), distribution)
 
 
 def run_shim_tests(session: nox.Session, *, install: str, shims: tuple[str, ...]) -> None:
@@ -429,18 +452,19 @@ def run_shim_tests(session: nox.Session, *, install: str, shims: tuple[str, ...]
     """
     requirements = [*otel_pins(OTEL_LATEST, ("opentelemetry-api", "opentelemetry-sdk"))]
     requirements += group("test")
-    packages = (CORE, *(SHIMS[shim] for shim in shims), ALIAS)
+    distributions = ("lens-core", *(f"lens-compat-{shim}" for shim in shims), "nemo-lens")
     if install == "wheel":
-        with built_distributions(session, sdists=False, packages=packages) as out_dir:
-            session.install(*(str(path) for path in sorted(out_dir.glob("*.whl"))), *requirements)
+        wheels = (str(built_wheel(session, name)) for name in distributions)
+        session.install(*wheels, *requirements)
     else:
+        packages = (DISTRIBUTIONS[name] for name in distributions)
         session.install(*(f"--editable={package}" for package in packages), *requirements)
     show_versions(session)
     env = {"LENS_TEST_SHIMS": ",".join(shims), "LENS_TEST_INSTALL": install}
     with session.chdir(session.create_tmp()):
         session.run(
             "python", "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
-            *(str(SHIMS[shim] / "tests") for shim in shims), str(ROOT / "tests"),
+            *XDIST, *(str(SHIMS[shim] / "tests") for shim in shims), str(ROOT / "tests"),
             *session.posargs,
             env=env,
         )  # fmt: skip
@@ -500,6 +524,12 @@ def run_typecheck(session: nox.Session) -> None:
     show_versions(session)
     for paths in TYPECHECK_RUNS:
         session.run("mypy", *paths)
+    # The one test that needs mypy (the documented idioms type-check strictly) runs here,
+    # where mypy is installed; LENS_TEST_REQUIRE makes a missing mypy fail it, not skip it.
+    session.run(
+        "python", "-m", "pytest", f"{CORE}/tests/test_span_idioms.py", "-k", "mypy",
+        env={"LENS_TEST_REQUIRE": "mypy", "LENS_TEST_INSTALL": "editable"},
+    )  # fmt: skip
 
 
 def wheel_files(wheel: pathlib.Path) -> list[str]:
@@ -634,11 +664,11 @@ def run_build_checks(session: nox.Session) -> None:
     (namespace, shim layout, alias without code, LICENSE). In this fresh environment, with
     the four wheels and the SDK: import from outside the source tree, run legacy Gym code,
     uninstall lens-compat-gym and see its legacy import fail."""
-    with built_distributions(session, sdists=True, packages=tuple(DISTRIBUTIONS.values())) as out:
-        print("built:", ", ".join(sorted(path.name for path in out.iterdir())))
-        check_wheel_contents(out)
-        sdk = otel_pins(OTEL_LATEST, ("opentelemetry-api", "opentelemetry-sdk"))
-        session.install(*(str(wheel_of(out, name)) for name in DISTRIBUTIONS), *sdk)
+    out = built_distributions(session)
+    print("built:", ", ".join(sorted(path.name for path in out.iterdir())))
+    check_wheel_contents(out)
+    sdk = otel_pins(OTEL_LATEST, ("opentelemetry-api", "opentelemetry-sdk"))
+    session.install(*(str(wheel_of(out, name)) for name in DISTRIBUTIONS), *sdk)
     show_versions(session)
     with session.chdir(session.create_tmp()):
         session.run("python", "-W", "error", "-c", IMPORT_CHECK)

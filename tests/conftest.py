@@ -9,7 +9,9 @@ nox session cannot pass by skipping its half of the tests.
 
 from __future__ import annotations
 
+import lens_hypothesis
 import pytest
+from lens_ids import refuse_unstable_ids
 from lens_shims import (  # noqa: F401  (the fixtures these tests use)
     INSTALLED_SHIMS,
     SHIMS,
@@ -18,6 +20,8 @@ from lens_shims import (  # noqa: F401  (the fixtures these tests use)
     isolated_registry,
     pipeline,
 )
+
+lens_hypothesis.load_profile()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -36,7 +40,9 @@ def _marked_shim(item: pytest.Item, marker_name: str) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip `shim(x)` tests without lens-compat-x and `noshim(x)` tests with it."""
+    """Skip `shim(x)` tests without lens-compat-x and `noshim(x)` tests with it; refuse ids
+    that differ between collections (pytest-xdist's workers compare them)."""
+    refuse_unstable_ids(items)
     for item in items:
         needed = _marked_shim(item, "shim")
         if needed is not None and needed not in INSTALLED_SHIMS:

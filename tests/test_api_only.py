@@ -15,7 +15,8 @@ import subprocess
 import sys
 
 import pytest
-from lens_cli import clean_env, run_lens
+from lens_cli import clean_env
+from lens_cli import run_lens_process as run_lens
 
 SDK_INSTALLED = importlib.util.find_spec("opentelemetry.sdk") is not None
 if SDK_INSTALLED and os.environ.get("LENS_TEST_API_ONLY") == "1":

@@ -3,8 +3,10 @@ reported as skipped; a run whose LENS_TEST_SHIMS names it is refused instead (le
 
 from __future__ import annotations
 
+import lens_hypothesis
 import lens_shims
 from lens_shims import isolated_registry, pipeline  # noqa: F401  (the fixtures used here)
 
+lens_hypothesis.load_profile()
 lens_shims.check_listed_shims()
 pytest_pycollect_makemodule = lens_shims.skip_modules_without("gym")

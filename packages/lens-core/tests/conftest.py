@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import lens_hypothesis
 import pytest
+from lens_ids import refuse_unstable_ids
 
 from nemo.lens.testing import (
     InMemoryMetrics,
@@ -14,6 +16,13 @@ from nemo.lens.testing import (
     reset_metric_registry,
     reset_warning_memory,
 )
+
+lens_hypothesis.load_profile()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse ids that differ between collections (pytest-xdist's workers compare them)."""
+    refuse_unstable_ids(items)
 
 
 @pytest.fixture(autouse=True)

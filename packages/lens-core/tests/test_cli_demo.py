@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import pytest
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
-from lens_cli import clean_env, run_lens
+from lens_cli import LensResult, clean_env, run_lens
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
@@ -41,9 +41,9 @@ DEMO_NAMES = {spec.name for spec in DEMO_SPECS}
 DEADLINE_S = 60.0
 
 
-def lens(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run `python -m nemo.lens.cli ARGS` to completion, with `env` added."""
-    return run_lens(*args, cwd=cwd, env=clean_env(env), timeout=DEADLINE_S * 2)
+def lens(*args: str, cwd: Path, **env: str) -> LensResult:
+    """Run `lens ARGS` in this process to completion, with `env` added."""
+    return run_lens(*args, cwd=cwd, env=clean_env(env))
 
 
 class RunningDemo:

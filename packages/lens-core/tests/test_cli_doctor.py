@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from lens_cli import clean_env, run_lens
+from lens_cli import LensResult, clean_env, run_lens
 
 from nemo.lens._otel_env import EXPORTER_REQUIREMENTS, otlp_targets, prometheus_address
 from nemo.lens.cli import _doctor
@@ -20,8 +20,9 @@ from nemo.lens.config import NemoLensConfig
 
 def doctor(
     *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None, **more_env: str
-) -> subprocess.CompletedProcess[str]:
-    """Run `lens doctor ARGS` with only `env` and `more_env` as lens/OpenTelemetry settings."""
+) -> LensResult:
+    """Run `lens doctor ARGS` in this process, with only `env` and `more_env` as lens and
+    OpenTelemetry settings."""
     settings = {**(env or {}), **more_env}
     return run_lens(
         "doctor", "--timeout", "5", *args,

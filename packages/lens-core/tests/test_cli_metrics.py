@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from hypothesis import given
 from hypothesis import strategies as st
+from lens_cli import LensResult
 from lens_cli import run_lens as lens
 
 from nemo.lens.cli._metrics import (
@@ -173,7 +173,7 @@ def test_markdown_is_one_table_with_escaped_pipes(project: Path) -> None:
     )
 
 
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+def one_line_error(result: LensResult) -> str:
     """Assert the run failed with exit 2 and one stderr line; return that line."""
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stdout == ""

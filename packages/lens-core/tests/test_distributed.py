@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lens_ids import stable_id
 from lens_integrations import require
 from lens_spans import one
 from opentelemetry import propagate, trace
@@ -272,7 +273,7 @@ def test_a_given_context_wins_over_the_carrier(spans: InMemorySpans) -> None:
         42,
         object(),
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_a_malformed_carrier_gives_no_link_and_no_error(spans: InMemorySpans, carrier: Any) -> None:
     """An invalid or malformed carrier starts a span without a link, under the current span."""
@@ -294,7 +295,7 @@ def test_a_malformed_carrier_gives_no_link_and_no_error(spans: InMemorySpans, ca
         SpanContext(0, 0, is_remote=True),
         trace.INVALID_SPAN_CONTEXT,
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_a_malformed_context_gives_no_link_and_no_error(spans: InMemorySpans, context: Any) -> None:
     """A context that holds no valid span, or is no context at all, gives no link."""

@@ -9,7 +9,6 @@ value, with what the test recorded.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -21,21 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lens_integrations import require_program
 
 from nemo.lens import MetricSpec, NemoLensConfig, record_metrics, register_metric_group
 from nemo.lens import setup_telemetry as lens_setup
 from nemo.lens.testing import isolated_telemetry
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 WAIT_S = 90.0
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        not Path(PROMETHEUS).exists(),
-        reason="the prometheus binary is absent (apt-get install prometheus; .ci/run does)",
-    ),
-]
+pytestmark = pytest.mark.e2e
 
 SPECS = [
     MetricSpec("steps", "e2e.steps", "counter"),
@@ -68,6 +61,7 @@ def get(url: str) -> bytes:
 @pytest.fixture
 def prometheus_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """A Prometheus server scraping 127.0.0.1:<lens port> every second; yields (url, port)."""
+    prometheus = require_program("prometheus")
     lens_port = free_port()
     web_port = free_port()
     config = tmp_path / "prometheus.yml"
@@ -85,7 +79,7 @@ def prometheus_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     log = (tmp_path / "prometheus.log").open("w")
     process = subprocess.Popen(
         [
-            PROMETHEUS,
+            prometheus,
             f"--config.file={config}",
             f"--storage.tsdb.path={tmp_path / 'data'}",
             f"--web.listen-address=127.0.0.1:{web_port}",

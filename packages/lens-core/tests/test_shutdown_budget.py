@@ -16,6 +16,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import pytest
+from lens_ids import stable_id
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -41,7 +42,7 @@ ODD_TIMEOUTS = [
     object(),
     [5000],
 ]
-ODD_IDS = [f"{type(value).__name__}:{value!r}"[:40] for value in ODD_TIMEOUTS]
+ODD_IDS = [stable_id(value) for value in ODD_TIMEOUTS]
 WAIT_S = 10.0
 #: The documented default and maximum (spelled out: a test must not take them on trust).
 DEFAULT_TIMEOUT_MS = 5000
@@ -97,7 +98,7 @@ def shutdown_done(handle: TelemetryHandle) -> bool:
         ("100", DEFAULT_TIMEOUT_MS),
         (object(), DEFAULT_TIMEOUT_MS),
     ],
-    ids=lambda value: f"{type(value).__name__}:{value!r}"[:40],
+    ids=stable_id,
 )
 def test_budget_is_clamped_or_defaulted(timeout_ms: object, expected: int) -> None:
     """The budget rule: None/NaN/non-number -> default, negative -> 0, huge/inf -> maximum."""

@@ -12,6 +12,7 @@ from types import ModuleType
 
 import pytest
 from lens_children import run_child
+from lens_integrations import require
 from lens_spans import one
 
 from nemo.lens import set_enabled_span_groups
@@ -204,7 +205,7 @@ def test_mypy_strict_accepts_the_idioms_and_still_checks_positional_arguments(
     tmp_path: Path,
 ) -> None:
     """mypy --strict passes both example files, and still rejects a wrong positional argument."""
-    pytest.importorskip("mypy")
+    require("mypy")
     wrong = tmp_path / "wrong_calls.py"
     wrong.write_text(textwrap.dedent(WRONG_CALLS))
     root = Path(__file__).resolve().parents[3]

@@ -1,15 +1,17 @@
-"""Importing a third-party runtime (Ray, torch) for a test that needs it.
+"""Finding a third-party runtime (Ray, torch, mypy, the prometheus server) for a test.
 
-The integrations sessions install these runtimes and set `LENS_TEST_REQUIRE` to a comma
-list of the ones they installed; there a missing runtime fails the test instead of
-skipping it, so a broken install cannot pass as "skipped". Everywhere else (the matrix
-cells, a development venv without them) such a test skips.
+The sessions that install such a runtime set `LENS_TEST_REQUIRE` to a comma list of the
+ones they installed (the integrations sessions: ray or torch; typecheck: mypy; `.ci/run`,
+which installs Debian's prometheus: prometheus); there a missing runtime fails the test
+instead of skipping it, so a broken install cannot pass as "skipped". Everywhere else (a
+development venv without them) such a test skips.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import shutil
 from types import ModuleType
 
 import pytest
@@ -27,3 +29,14 @@ def require(module_name: str) -> ModuleType:
         return importlib.import_module(module_name)
     module: ModuleType = pytest.importorskip(module_name)
     return module
+
+
+def require_program(name: str) -> str:
+    """The path of the program `name` on PATH; skip the test without it, unless this run
+    requires it."""
+    found = shutil.which(name)
+    if found is not None:
+        return found
+    if name in required_runtimes():
+        pytest.fail(f"LENS_TEST_REQUIRE lists {name}, but no {name} program is on PATH")
+    pytest.skip(f"no {name} program on PATH (Debian: apt-get install {name}; .ci/run does)")

@@ -1,0 +1,56 @@
+"""Every collection of the suite yields the same test ids.
+
+pytest-xdist has each worker collect the tests itself and refuses the run when two workers
+disagree, so an id built from a memory address or a hash order breaks `-n 2`. The conftests
+refuse an id with an address at once (lens_ids); this test also catches what that rule
+cannot name, by collecting twice in fresh interpreters with other hash seeds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COLLECT_TIMEOUT_S = 300
+
+
+def collected_ids(hash_seed: str) -> list[str]:
+    """The node ids one `pytest --collect-only` of every test path finds."""
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(ROOT),
+            "--collect-only",
+            "-q",
+            # pytest-randomly, where installed, would shuffle the order; the set is what counts.
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=COLLECT_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+def test_two_collections_give_the_same_ids() -> None:
+    """Two collections under different hash seeds list the same test ids, in the same order."""
+    first = collected_ids("1")
+    second = collected_ids("2")
+    assert len(first) > 1000
+    assert first == second

@@ -27,6 +27,8 @@ LEGACY_RL = {
     "throughput_tokens_per_sec": ("rl.throughput.tokens_per_sec", "gauge", "{token}/s"),
     "generation_duration_ms": ("rl.generation.duration_ms", "histogram", "ms"),
     "rollout_duration_ms": ("rl.rollout.duration_ms", "histogram", "ms"),
+    # The keyword of the first registry revision (Lens PR #29's first commit), its own gauge.
+    "tokens_per_sec": ("rl.tokens_per_sec", "gauge", "{token}/s"),
 }
 # The same for record_gym_metrics. The gauges had no unit: one now would rename their
 # Prometheus series (`_ratio`, ...) under dashboards.
@@ -38,8 +40,6 @@ LEGACY_GYM = {
     "active_servers": ("gym.servers.active", "gauge", ""),
 }
 LEGACY_TABLES = {"rl": LEGACY_RL, "gym": LEGACY_GYM}
-# The keywords each shim accepts beyond its table: aliases recorded as a table entry.
-ALIASES = {"rl": ["tokens_per_sec"], "gym": []}
 EACH_KEYWORD = pytest.mark.parametrize(
     ("shim", "keyword"),
     [
@@ -66,13 +66,13 @@ def _kind_of(metric: Any) -> str:
 
 @EACH_SHIM
 def test_signature_is_the_legacy_signature(shim: Shim) -> None:
-    """meter, then the legacy keywords in legacy order (and the aliases after them):
+    """meter, then the legacy keywords in legacy order:
     positional-or-keyword, default None, and no **kwargs, because callers filter keywords
     with inspect.signature."""
     table = LEGACY_TABLES[shim.name]
     parameters = list(inspect.signature(shim.function()).parameters.values())
 
-    assert [p.name for p in parameters] == ["meter", *table, *ALIASES[shim.name]]
+    assert [p.name for p in parameters] == ["meter", *table]
     assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
     assert parameters[0].default is inspect.Parameter.empty
     assert all(p.default is None for p in parameters[1:])

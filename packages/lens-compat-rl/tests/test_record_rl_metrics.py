@@ -1,4 +1,4 @@
-"""record_rl_metrics through lens-core's registry: its tokens_per_sec alias, ints, a no-op
+"""record_rl_metrics through lens-core's registry: its tokens_per_sec gauge, ints, a no-op
 meter, a steady call without the registry lock, and the legacy group's life beside a
 consumer's "rl" group and registry resets.
 
@@ -27,50 +27,41 @@ from nemo.lens.instruments import (
 from nemo.lens.testing import reset_metric_registry
 
 
-def test_tokens_per_sec_is_an_alias_of_throughput_tokens_per_sec(
+def test_tokens_per_sec_records_the_legacy_gauge_rl_tokens_per_sec(
     pipeline: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The older trees' tokens_per_sec records rl.throughput.tokens_per_sec, the series the
-    explicit keyword writes, without a warning."""
+    """The keyword of the first registry revision records that revision's own gauge,
+    rl.tokens_per_sec in {token}/s, without a warning (RL's tee test asks for this series)."""
     caplog.set_level(logging.WARNING)
 
-    record_rl_metrics(pipeline.meter, tokens_per_sec=1200.0)
-    assert pipeline.points("rl.throughput.tokens_per_sec")[0].value == 1200.0
-    record_rl_metrics(pipeline.meter, throughput_tokens_per_sec=900.0)
+    record_rl_metrics(pipeline.meter, tokens_per_sec=4000.0)
 
     metrics = pipeline.metrics()
-    assert set(metrics) == {"rl.throughput.tokens_per_sec"}
-    assert metrics["rl.throughput.tokens_per_sec"].unit == "{token}/s"
-    assert pipeline.points("rl.throughput.tokens_per_sec")[0].value == 900.0
+    assert set(metrics) == {"rl.tokens_per_sec"}
+    assert metrics["rl.tokens_per_sec"].unit == "{token}/s"
+    assert [point.value for point in pipeline.points("rl.tokens_per_sec")] == [4000.0]
     assert caplog.records == []
 
 
-def test_given_both_throughput_tokens_per_sec_wins_with_one_warning(
+def test_given_both_throughput_keywords_both_series_are_recorded(
     pipeline: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """With both keywords the explicit one is recorded and tokens_per_sec dropped; one
-    warning on the shim's logger says so, however many calls pass both."""
+    """throughput_tokens_per_sec keeps its series and tokens_per_sec keeps its own: one call
+    with both records both values, each under its name, with no warning."""
     caplog.set_level(logging.WARNING)
 
     record_rl_metrics(pipeline.meter, throughput_tokens_per_sec=800.0, tokens_per_sec=5.0)
+
+    assert pipeline.names() == {"rl.throughput.tokens_per_sec", "rl.tokens_per_sec"}
     assert pipeline.points("rl.throughput.tokens_per_sec")[0].value == 800.0
-    record_rl_metrics(pipeline.meter, throughput_tokens_per_sec=700.0, tokens_per_sec=6.0)
-
-    assert pipeline.points("rl.throughput.tokens_per_sec")[0].value == 700.0
-    (warning,) = caplog.records
-    assert warning.name == "lens_compat_rl._record"
-    assert warning.levelno == logging.WARNING
-    message = warning.getMessage()
-    assert "throughput_tokens_per_sec" in message
-    assert "dropping tokens_per_sec" in message
+    assert pipeline.points("rl.tokens_per_sec")[0].value == 5.0
+    assert caplog.records == []
 
 
-def test_tokens_per_sec_goes_to_a_consumer_group_under_the_explicit_key(pipeline: Any) -> None:
-    """The alias becomes the throughput_tokens_per_sec key, so a consumer's "rl" group
-    receives it under its own series name."""
-    register_metric_group(
-        "rl", [MetricSpec("throughput_tokens_per_sec", "nemo_rl.tokens_per_sec", "gauge")]
-    )
+def test_tokens_per_sec_goes_to_a_consumer_group_under_its_own_key(pipeline: Any) -> None:
+    """A consumer's "rl" group receives tokens_per_sec under that key, so the consumer's
+    spec names the series."""
+    register_metric_group("rl", [MetricSpec("tokens_per_sec", "nemo_rl.tokens_per_sec", "gauge")])
 
     record_rl_metrics(pipeline.meter, tokens_per_sec=321.0)
 

@@ -69,20 +69,10 @@ def record_rl_metrics(
         reward_mean: Each keyword after `meter` is one value for the `LEGACY_RL_SPECS`
             entry whose key is that keyword (`reward_mean` -> `rl.reward.mean`, ...,
             `rollout_duration_ms` -> `rl.rollout.duration_ms`).
-        tokens_per_sec: The older trees' name of `throughput_tokens_per_sec`, recorded as
-            that same series. Given both, `throughput_tokens_per_sec` wins and one warning
-            says `tokens_per_sec` was dropped.
+        tokens_per_sec: The keyword of the first registry revision, which set its own
+            gauge: recorded as `rl.tokens_per_sec`, beside (not instead of)
+            `throughput_tokens_per_sec`'s `rl.throughput.tokens_per_sec`.
     """
-    if tokens_per_sec is not None:
-        if throughput_tokens_per_sec is None:
-            throughput_tokens_per_sec = tokens_per_sec
-        else:
-            _recorder.warn_once(
-                "tokens_per_sec",
-                "record_rl_metrics: both throughput_tokens_per_sec and its alias "
-                "tokens_per_sec were given; recording throughput_tokens_per_sec and "
-                "dropping tokens_per_sec (this warning is shown once)",
-            )
     # Only the values given (see LegacyRecorder.record): plain ifs cost least per step.
     values: dict[str, float] = {}
     if reward_mean is not None:
@@ -107,4 +97,6 @@ def record_rl_metrics(
         values["generation_duration_ms"] = generation_duration_ms
     if rollout_duration_ms is not None:
         values["rollout_duration_ms"] = rollout_duration_ms
+    if tokens_per_sec is not None:
+        values["tokens_per_sec"] = tokens_per_sec
     _recorder.record(meter, values)

@@ -51,4 +51,13 @@ LEGACY_RL_SPECS: Final[tuple[MetricSpec, ...]] = (
         unit="ms",
         description="Time spent collecting a rollout",
     ),
+    # The one lens revision with a `tokens_per_sec` keyword (the first commit of Lens PR #29)
+    # set its own gauge under this name; callers that pass the old keyword query it.
+    MetricSpec(
+        "tokens_per_sec",
+        "rl.tokens_per_sec",
+        "gauge",
+        unit="{token}/s",
+        description="Training throughput, under the name of the first registry revision",
+    ),
 )

@@ -214,18 +214,19 @@ def test_subclass_tables_replace_the_base_ones() -> None:
 
 
 class TrainerSpanGroup(SpanGroup):
-    """A subclass written the public way: its groups plus EXTRA_PRESETS."""
+    """A subclass written the public way: its groups plus the extra_presets() hook."""
 
     ROLLOUT = "rollout"
     ALL_GROUPS: ClassVar[frozenset[str]] = SpanGroup.ALL_GROUPS | {ROLLOUT}
-    EXTRA_PRESETS: ClassVar[Mapping[str, Iterable[str]]] = {
-        "rollouts": {ROLLOUT},
-        "Default": ["job", ROLLOUT],
-    }
+
+    @classmethod
+    def extra_presets(cls) -> Mapping[str, Iterable[str]]:
+        return {"rollouts": {cls.ROLLOUT}, "Default": ["job", cls.ROLLOUT]}
 
 
 def test_extra_presets_add_to_and_override_the_parent_presets() -> None:
-    """EXTRA_PRESETS adds `rollouts`, replaces `default`, keeps `per_step`; `all` is ALL_GROUPS."""
+    """extra_presets() adds `rollouts`, replaces `default`, keeps `per_step`; `all` is the
+    subclass's ALL_GROUPS."""
     assert TrainerSpanGroup.presets() == {
         "default": frozenset({"job", "rollout"}),
         "per_step": frozenset(BASE),
@@ -247,7 +248,10 @@ def test_a_subclass_of_a_subclass_inherits_its_extra_presets() -> None:
     class EvalSpanGroup(TrainerSpanGroup):
         JUDGE = "judge"
         ALL_GROUPS: ClassVar[frozenset[str]] = TrainerSpanGroup.ALL_GROUPS | {JUDGE}
-        EXTRA_PRESETS: ClassVar[Mapping[str, Iterable[str]]] = {"judging": [JUDGE]}
+
+        @classmethod
+        def extra_presets(cls) -> Mapping[str, Iterable[str]]:
+            return {"judging": [cls.JUDGE]}
 
     assert EvalSpanGroup.resolve("rollouts,judging") == {"rollout", "judge"}
     assert EvalSpanGroup.resolve("all") == BASE | {"rollout", "judge"}
@@ -285,10 +289,14 @@ def test_presets_returns_a_copy() -> None:
 
 def test_an_extra_preset_naming_an_unknown_group_fails_at_class_creation() -> None:
     """The error names the class, the attribute, the preset, the bad member and the groups."""
-    with pytest.raises(ValueError, match=r"^BadSpanGroup\.EXTRA_PRESETS\['fast'\] names") as info:
+    with pytest.raises(
+        ValueError, match=r"^BadSpanGroup\.extra_presets\(\)\['fast'\] names"
+    ) as info:
 
         class BadSpanGroup(SpanGroup):
-            EXTRA_PRESETS: ClassVar[Mapping[str, Iterable[str]]] = {"fast": ["step", "rolout"]}
+            @classmethod
+            def extra_presets(cls) -> Mapping[str, Iterable[str]]:
+                return {"fast": ["step", "rolout"]}
 
     assert "['rolout']" in str(info.value)
     assert str(sorted(BASE)) in str(info.value)
@@ -308,13 +316,41 @@ def test_malformed_extra_presets_fail_at_class_creation(
 ) -> None:
     """A preset named `all`, a blank name, a bare-string member list or a non-mapping raise."""
     with pytest.raises(error, match=pattern):
-        type("Bad", (SpanGroup,), {"EXTRA_PRESETS": extra})
+        type("Bad", (SpanGroup,), {"extra_presets": classmethod(lambda cls: extra)})
 
 
-def test_setting_both_preset_attributes_fails_at_class_creation() -> None:
-    """EXTRA_PRESETS and _PRESETS in one class body is a TypeError naming both."""
-    with pytest.raises(TypeError, match=r"^Both: set EXTRA_PRESETS .* or _PRESETS .*not both"):
-        type("Both", (SpanGroup,), {"EXTRA_PRESETS": {}, "_PRESETS": {}})
+def test_setting_both_preset_tables_fails_at_class_creation() -> None:
+    """extra_presets() and _PRESETS in one class body is a TypeError naming both."""
+    pattern = r"^Both: define extra_presets\(\) .* or _PRESETS .*not both"
+    with pytest.raises(TypeError, match=pattern):
+        type("Both", (SpanGroup,), {"extra_presets": classmethod(lambda cls: {}), "_PRESETS": {}})
+
+
+def test_an_extra_presets_attribute_is_refused_naming_the_hook() -> None:
+    """A mapping attribute EXTRA_PRESETS (an earlier spelling) is not silently ignored: the
+    class fails at creation and the message names the classmethod to use."""
+    with pytest.raises(TypeError, match=r"^Old: EXTRA_PRESETS is not read; .*extra_presets\(\)"):
+        type("Old", (SpanGroup,), {"EXTRA_PRESETS": {"fast": ["step"]}})
+
+
+UMBRELLA_GROUPS = frozenset({"job", "step", "rollout"})
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [SpanGroup, SpanRegistry, TrainerSpanGroup, GymSpanGroup, MegatronSpanGroup],
+    ids=lambda cls: cls.__name__,
+)
+def test_consumers_introspection_idiom_works_on_every_class(cls: type) -> None:
+    """NeMo-RL collects a class's group constants with
+    `{a for a in dir(cls) if not a.startswith("_") and getattr(cls, a) in UMBRELLA_GROUPS}`:
+    every public attribute must be hashable for that to run, and it finds the constants."""
+    found = {a for a in dir(cls) if not a.startswith("_") and getattr(cls, a) in UMBRELLA_GROUPS}
+
+    expected = {"JOB", "STEP"} if issubclass(cls, SpanGroup) else set()
+    if "ROLLOUT" in dir(cls):
+        expected.add("ROLLOUT")
+    assert found == expected
 
 
 def test_all_groups_that_are_not_a_set_fail_at_class_creation() -> None:

@@ -3,7 +3,7 @@
 Two resolvers coexist because two consumer generations do:
 
 - `SpanGroup` is strict and subclassable. A framework subclasses it with its own
-  `ALL_GROUPS` and `EXTRA_PRESETS`, and a typo in the spec fails setup with a clear error
+  `ALL_GROUPS` and `extra_presets()`, and a typo in the spec fails setup with a clear error
   (naming the environment variable the spec came from, when it did).
 - `SpanRegistry` is namespaced and lenient. Frameworks register their groups at import, and
   a spec token nobody registered yet is kept pending instead of failing, so a library that
@@ -42,13 +42,20 @@ class SpanGroup:
     """The strict span-group table: eight base groups and three presets.
 
     Subclass it to declare a framework's own groups. `ALL_GROUPS` lists the subclass's
-    groups; `EXTRA_PRESETS` adds presets to (or replaces same-named presets of) the
-    parent's, and `all` always means the subclass's `ALL_GROUPS`::
+    groups; the classmethod `extra_presets()` returns presets that join (or replace
+    same-named presets of) the parent's, and `all` always means the subclass's
+    `ALL_GROUPS`::
 
         class TrainerSpanGroup(SpanGroup):
             ROLLOUT = "rollout"
             ALL_GROUPS = SpanGroup.ALL_GROUPS | {ROLLOUT}
-            EXTRA_PRESETS = {"rollouts": {ROLLOUT}, "default": {"job", ROLLOUT}}
+
+            @classmethod
+            def extra_presets(cls):
+                return {"rollouts": {cls.ROLLOUT}, "default": {"job", cls.ROLLOUT}}
+
+    Every public attribute stays hashable (consumers test `getattr(cls, name) in groups`
+    over `dir(cls)`), which is why the presets come from a method, not a mapping attribute.
 
     The presets are checked when the class is created: a member outside `ALL_GROUPS`, an
     empty name or a preset named `all` raises there. `presets()` returns the resulting
@@ -85,21 +92,33 @@ class SpanGroup:
         ALL_PRESET: ALL_GROUPS,
     }
 
-    #: Presets a subclass adds to its parent's: preset name -> member groups.
-    EXTRA_PRESETS: ClassVar[Mapping[str, Iterable[str]]] = {}
+    @classmethod
+    def extra_presets(cls) -> Mapping[str, Iterable[str]]:
+        """Presets this class adds to its parent's: preset name -> member groups.
+
+        Override it in a subclass; it is called once, when the subclass is created. The
+        base class adds none.
+        """
+        return {}
 
     def __init_subclass__(cls, **kwargs: object) -> None:
-        """Build a subclass's preset table from its parent's and its `EXTRA_PRESETS`."""
+        """Build a subclass's preset table from its parent's and its `extra_presets()`."""
         super().__init_subclass__(**kwargs)
         own = vars(cls)
+        if "EXTRA_PRESETS" in own:
+            # A mapping attribute would be unhashable under consumers' dir() idiom.
+            raise LensTypeError(
+                f"{cls.__name__}: EXTRA_PRESETS is not read; return the presets from the "
+                "classmethod extra_presets() instead"
+            )
         if "_PRESETS" in own:
-            if "EXTRA_PRESETS" in own:
+            if "extra_presets" in own:
                 raise LensTypeError(
-                    f"{cls.__name__}: set EXTRA_PRESETS (presets added to the parent's) or "
-                    "_PRESETS (the whole table), not both"
+                    f"{cls.__name__}: define extra_presets() (presets added to the parent's) "
+                    "or _PRESETS (the whole table), not both"
                 )
             return  # the older contract: the subclass's table, as it wrote it
-        if "ALL_GROUPS" not in own and "EXTRA_PRESETS" not in own:
+        if "ALL_GROUPS" not in own and "extra_presets" not in own:
             return  # nothing of its own: the parent's tables apply unchanged
         cls._PRESETS = _subclass_presets(cls)
 
@@ -317,15 +336,16 @@ class SpanRegistry:
 
 
 def _subclass_presets(cls: type[SpanGroup]) -> dict[str, frozenset[str]]:
-    """The parent's presets with `all` as `cls.ALL_GROUPS`, plus `cls.EXTRA_PRESETS`, checked."""
-    where = f"{cls.__name__}.EXTRA_PRESETS"
+    """The parent's presets with `all` as `cls.ALL_GROUPS`, plus `cls.extra_presets()`, checked."""
+    where = f"{cls.__name__}.extra_presets()"
     groups: object = cls.ALL_GROUPS
     if not isinstance(groups, (frozenset, set)):
         raise LensTypeError(
             f"{cls.__name__}.ALL_GROUPS must be a frozenset of group names, got "
             f"{type(groups).__name__} ({groups!r})"
         )
-    extra = vars(cls).get("EXTRA_PRESETS", {})
+    # Only a hook of the class's own: an inherited one was applied to the parent's table.
+    extra = cls.extra_presets() if "extra_presets" in vars(cls) else {}
     if not isinstance(extra, Mapping):
         raise LensTypeError(
             f"{where} must be a mapping of preset name -> group names, got "

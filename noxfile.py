@@ -470,15 +470,17 @@ def built_wheel(session: nox.Session, distribution: str) -> pathlib.Path:
 
 
 def run_shim_tests(session: nox.Session, *, install: str, shims: tuple[str, ...]) -> None:
-    """lens-core, the alias and the `shims` (from wheels or editable); the shims' own tests
-    and the root tests, which check each shim installed or absent as the session says.
+    """lens-core, the `shims` and, with both, the alias (from wheels or editable); the shims'
+    own tests and the root tests, which check each shim installed or absent as the session says.
 
     pytest runs from a scratch directory with the repository as its rootdir, so nothing
     imports the source tree by accident; a root test checks where lens was imported from.
     """
     requirements = [*otel_pins(OTEL_LATEST, ("opentelemetry-api", "opentelemetry-sdk"))]
     requirements += group("test")
-    distributions = ("lens-core", *(f"lens-compat-{shim}" for shim in shims), "nemo-lens")
+    distributions = ("lens-core", *(f"lens-compat-{shim}" for shim in shims))
+    if len(shims) == len(SHIMS):  # the alias requires both shims
+        distributions += ("nemo-lens",)
     if install == "wheel":
         wheels = (str(built_wheel(session, name)) for name in distributions)
         session.install(*wheels, *requirements)
@@ -687,14 +689,16 @@ else:
 
 def run_build_checks(session: nox.Session) -> None:
     """Build every distribution's sdist and wheel (the wheel from the sdist) and check them
-    (namespace, shim layout, alias without code, LICENSE). In this fresh environment, with
-    the four wheels and the SDK: import from outside the source tree, run legacy Gym code,
-    uninstall lens-compat-gym and see its legacy import fail."""
+    (namespace, shim layout, alias without code, LICENSE). In this fresh environment, install
+    `nemo-lens[sdk]==<version>` as NeMo-Gym does for a server, the four wheels found only as
+    files: import from outside the source tree (both legacy modules included), run legacy Gym
+    code, uninstall lens-compat-gym and see its legacy import fail."""
     out = built_distributions(session)
     print("built:", ", ".join(sorted(path.name for path in out.iterdir())))
     check_wheel_contents(out)
     sdk = otel_pins(OTEL_LATEST, ("opentelemetry-api", "opentelemetry-sdk"))
-    session.install(*(str(wheel_of(out, name)) for name in DISTRIBUTIONS), *sdk)
+    alias_version = wheel_of(out, "nemo-lens").name.split("-")[1]
+    session.install("--find-links", str(out), f"nemo-lens[sdk]=={alias_version}", *sdk)
     show_versions(session)
     with session.chdir(session.create_tmp()):
         session.run("python", "-W", "error", "-c", IMPORT_CHECK)

@@ -196,7 +196,6 @@ def test_console_demo_writes_the_rl_series_as_json_lines(tmp_path: Path) -> None
     out = tmp_path / "lens-demo.jsonl"
     assert f"writing spans and metrics as OTLP/JSON lines to {out}" in result.stdout
     documents = read_json_lines(out)
-    assert f"wrote {len(documents)} OTLP/JSON lines to {out}" in result.stdout
     points = metric_points(documents)
     assert set(points) >= DEMO_NAMES
     steps = list(simulate(5))
@@ -208,6 +207,32 @@ def test_console_demo_writes_the_rl_series_as_json_lines(tmp_path: Path) -> None
     assert int(histogram["count"]) == sum(len(step.generation_durations_ms) for step in steps)
 
 
+def test_the_closing_line_counts_the_spans_and_points_the_file_holds(tmp_path: Path) -> None:
+    """The last line names the spans and metric data points written, counted over every
+    line of the file, and the number of lines."""
+    result = lens("demo", "--steps", "3", "--interval", "0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "lens-demo.jsonl"
+    documents = read_json_lines(out)
+    span_count = len(spans(documents))
+    point_count = sum(
+        len(data["dataPoints"])
+        for document in documents
+        for resource_metrics in document.get("resourceMetrics", [])
+        for scope_metrics in resource_metrics["scopeMetrics"]
+        for metric in scope_metrics["metrics"]
+        for kind, data in metric.items()
+        if kind in ("gauge", "sum", "histogram")
+    )
+    # A job span, and per step a step span with two children.
+    assert span_count == 1 + 3 * 3
+    assert point_count >= len(DEMO_NAMES)
+    assert result.stdout.splitlines()[-1] == (
+        f"lens demo: wrote {span_count} spans and {point_count} metric points to {out} "
+        f"({len(documents)} OTLP/JSON lines)"
+    )
+
+
 def test_console_demo_traces_a_job_with_one_span_per_step(tmp_path: Path) -> None:
     """The file holds one job span and, under it, a step span per step with its children,
     linked by the hex ids of OTLP/JSON."""
@@ -215,8 +240,8 @@ def test_console_demo_traces_a_job_with_one_span_per_step(tmp_path: Path) -> Non
     result = lens("demo", "--steps", "3", "--interval", "0", "--out", str(out), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     found = spans(read_json_lines(out))
-    (job,) = [span for span in found if span["name"] == "rl.job"]
-    step_spans = [span for span in found if span["name"] == "rl.step"]
+    (job,) = [span for span in found if span["name"] == "lens_demo.job"]
+    step_spans = [span for span in found if span["name"] == "lens_demo.step"]
     iterations = [attribute_map(span["attributes"])["dl.iteration"] for span in step_spans]
     assert sorted(iterations) == [0, 1, 2]
     assert {span["parentSpanId"] for span in step_spans} == {job["spanId"]}
@@ -224,7 +249,7 @@ def test_console_demo_traces_a_job_with_one_span_per_step(tmp_path: Path) -> Non
     assert len(job["traceId"]) == 32
     int(job["traceId"], 16)  # hex, not protobuf JSON's base64
     step_ids = {span["spanId"] for span in step_spans}
-    children = [span for span in found if span["name"] in ("rl.generate", "rl.train")]
+    children = [span for span in found if span["name"] in ("lens_demo.generate", "lens_demo.train")]
     assert len(children) == 6
     assert {span["parentSpanId"] for span in children} == step_ids
     assert job["resource"]["service.name"] == "lens-demo"
@@ -254,7 +279,7 @@ def test_ctrl_c_flushes_complete_lines_and_exits_130(
     assert "interrupted after" in stdout
     assert "Traceback" not in stderr
     documents = read_json_lines(out)
-    assert [span["name"] for span in spans(documents)].count("rl.job") == 1
+    assert [span["name"] for span in spans(documents)].count("lens_demo.job") == 1
     assert set(metric_points(documents)) >= DEMO_NAMES
 
 
@@ -340,8 +365,8 @@ def test_otlp_exporter_sends_spans_and_rl_series_to_a_collector(tmp_path: Path) 
         for resource_spans in request.resource_spans:
             for scope_spans in resource_spans.scope_spans:
                 span_names.extend(span.name for span in scope_spans.spans)
-    assert span_names.count("rl.step") == 3
-    assert span_names.count("rl.job") == 1
+    assert span_names.count("lens_demo.step") == 3
+    assert span_names.count("lens_demo.job") == 1
     assert not (tmp_path / "lens-demo.jsonl").exists()
 
 
@@ -365,12 +390,16 @@ def test_prometheus_port_in_use_exits_1(tmp_path: Path) -> None:
     assert f"cannot serve Prometheus metrics on 127.0.0.1:{port}" in result.stderr
 
 
-def test_an_unwritable_output_file_exits_1(tmp_path: Path) -> None:
-    """An --out path in a missing directory fails with exit 1 naming the path."""
-    out = tmp_path / "missing" / "demo.jsonl"
+@pytest.mark.parametrize("where", ["missing directory", "a directory"])
+def test_an_out_path_that_cannot_be_a_file_exits_2(tmp_path: Path, where: str) -> None:
+    """--out in a directory that does not exist, or naming a directory, is bad input: exit 2
+    with one line naming the path, before anything is set up."""
+    out = tmp_path / "missing" / "demo.jsonl" if where == "missing directory" else tmp_path
     result = lens("demo", "--out", str(out), "--steps", "1", cwd=tmp_path)
-    assert result.returncode == 1
-    assert str(out) in result.stderr
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"lens demo: error: --out {str(out)!r}")
     assert "Traceback" not in result.stderr
 
 

@@ -71,7 +71,8 @@ def test_defaults_match_the_spec() -> None:
 
 
 def test_fields_are_declared_in_spec_order_and_class_is_hidden_from_repr() -> None:
-    """Field order is the spec's; `_span_group_cls` is a keyword but not in repr."""
+    """Field order is the spec's; `_span_group_cls` is a keyword but not in repr, nor is
+    `_env_sources` (where from_env read each field, for error messages)."""
     names = [f.name for f in dataclasses.fields(NemoLensConfig)]
     assert names == [
         "enabled",
@@ -92,9 +93,11 @@ def test_fields_are_declared_in_spec_order_and_class_is_hidden_from_repr() -> No
         "console_path",
         "metric_cardinality_limit",
         "_span_group_cls",
+        "_env_sources",
     ]
     config = NemoLensConfig(_span_group_cls=TrainerSpanGroup)
     assert "_span_group_cls" not in repr(config)
+    assert "_env_sources" not in repr(config)
     assert config._span_group_cls is TrainerSpanGroup
 
 

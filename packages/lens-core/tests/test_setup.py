@@ -212,6 +212,34 @@ def test_exporter_typo_fails_on_a_non_exporting_rank_before_globals_change() -> 
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
+def test_setup_errors_name_the_variable_the_value_came_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A bad value read by from_env is reported under its real variable, whichever prefix
+    it came from; the same value set in code names the field alone."""
+    monkeypatch.setenv("MY_TRAINER_OTEL_ENABLED", "1")
+    monkeypatch.setenv("MY_TRAINER_OTEL_EXPORTER", "zipkin")
+    monkeypatch.setenv("NEMO_LENS_CONSOLE_PATH", str(tmp_path / "missing" / "out.jsonl"))
+    config = NemoLensConfig.from_env(prefix="MY_TRAINER_OTEL", fallback_prefix="NEMO_LENS")
+
+    with pytest.raises(ValueError) as unknown:
+        setup_telemetry(config)
+    assert "(NemoLensConfig.exporter read from MY_TRAINER_OTEL_EXPORTER)" in str(unknown.value)
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "prometheus")
+    config.exporter = "console"  # assigned in code: the variable no longer speaks for it
+    with pytest.raises(ValueError) as per_signal:
+        setup_telemetry(config)
+    assert "(unset: NemoLensConfig.exporter decides)" in str(per_signal.value)
+
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER")
+    with pytest.raises(ValueError) as unopenable:
+        setup_telemetry(config)
+    message = str(unopenable.value)
+    assert "Cannot open NemoLensConfig.console_path read from NEMO_LENS_CONSOLE_PATH" in message
+    assert "<PREFIX>" not in message + str(unknown.value) + str(per_signal.value)
+
+
 def test_strict_span_group_typo_fails_on_every_rank() -> None:
     """With the strict resolver a typo raises ValueError even where nothing exports."""
     with pytest.raises(ValueError, match="Unknown span group or preset: 'per_stp'"):

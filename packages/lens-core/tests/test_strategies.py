@@ -182,7 +182,7 @@ def test_an_export_rank_outside_the_world_warns_once_naming_the_setting(
 
     (message,) = _rank_warnings(caplog)
     assert f"export_rank {export_rank} " in message
-    assert "NemoLensConfig.export_rank / <PREFIX>_EXPORT_RANK" in message
+    assert f"export_rank {export_rank} (NemoLensConfig.export_rank) names no rank" in message
     assert f"world of {world_size}," in message
     assert f"-1 (the last rank) or a rank from 0 to {world_size - 1}" in message
 
@@ -252,4 +252,4 @@ def test_every_rank_of_a_job_warns_once_when_export_rank_is_outside_the_world(ra
     warnings = [line for line in lines if line.startswith("nemo.lens.strategies: ")]
     assert len(warnings) == 1
     assert "export_rank 8 " in warnings[0]
-    assert "<PREFIX>_EXPORT_RANK" in warnings[0]
+    assert "(NemoLensConfig.export_rank read from NEMO_LENS_EXPORT_RANK)" in warnings[0]

@@ -484,10 +484,15 @@ SIGNAL_EXPORTERS: Final = {
 }
 
 
-def signal_exporter(signal: str, configured: str, environ: Mapping[str, str] | None = None) -> str:
+def signal_exporter(
+    signal: str,
+    configured: str,
+    environ: Mapping[str, str] | None = None,
+    label: str = "NemoLensConfig.exporter",
+) -> str:
     """The exporter `signal` uses: `OTEL_<SIGNAL>_EXPORTER` when set, else `configured`.
 
-    `configured` is `NemoLensConfig.exporter` (`<PREFIX>_EXPORTER`); the standard
+    `configured` is `NemoLensConfig.exporter` (which messages call `label`); the standard
     per-signal variable, when set, decides that signal alone, and `none` turns it off.
     Blank counts as unset. lens builds one exporter per signal, so a list is refused.
 
@@ -509,8 +514,7 @@ def signal_exporter(signal: str, configured: str, environ: Mapping[str, str] | N
             extra = "; lens builds one exporter per signal, so name one"
         raise LensValueError(
             f"Invalid value for {variable}: {raw!r}; expected one of "
-            f"{', '.join(map(repr, accepted))} (unset: NemoLensConfig.exporter / "
-            f"<PREFIX>_EXPORTER decides){extra}"
+            f"{', '.join(map(repr, accepted))} (unset: {label} decides){extra}"
         )
     return value
 
@@ -555,21 +559,21 @@ def environment_service_name(environ: Mapping[str, str] | None = None) -> str | 
     """The service name OpenTelemetry's variables give, or None when neither names one.
 
     `OTEL_SERVICE_NAME` wins over `service.name` in `OTEL_RESOURCE_ATTRIBUTES`; a name
-    set in code or by `<PREFIX>_SERVICE_NAME` wins over both (`NemoLensConfig`).
+    set in code or by the prefixed `SERVICE_NAME` variable wins over both (`NemoLensConfig`).
     """
     return _read(environ, "OTEL_SERVICE_NAME") or resource_attributes_service_name(environ)
 
 
-def check_exporter_name(name: object) -> str:
+def check_exporter_name(name: object, label: str = "NemoLensConfig.exporter") -> str:
     """Return `name` if it is one of `EXPORTERS`.
 
     Raises:
-        ValueError: Any other value; the message lists the valid ones.
+        ValueError: Any other value; the message names the field (`label`) and lists the
+            valid ones.
     """
     if name not in EXPORTERS:
         raise LensValueError(
-            f"Unknown exporter {name!r} (NemoLensConfig.exporter / <PREFIX>_EXPORTER). "
-            f"Valid exporters: {list(EXPORTERS)}"
+            f"Unknown exporter {name!r} ({label}). Valid exporters: {list(EXPORTERS)}"
         )
     return str(name)
 
@@ -684,7 +688,7 @@ def traces_sampler(environ: Mapping[str, str] | None = None) -> tuple[str, float
         raise LensValueError(
             f"Invalid value for OTEL_TRACES_SAMPLER: {raw_name!r}; expected one of "
             f"{', '.join(TRACES_SAMPLERS)} (default {DEFAULT_TRACES_SAMPLER}). lens reads it "
-            "because NemoLensConfig.sampler_enabled is set (<PREFIX>_SAMPLER_ENABLED)"
+            "because NemoLensConfig.sampler_enabled is set"
         )
     raw_ratio = _read(environ, "OTEL_TRACES_SAMPLER_ARG")
     if name not in RATIO_TRACES_SAMPLERS or not raw_ratio:

@@ -78,9 +78,22 @@ class NemoLensConfig:
     console_path: str = ""
     metric_cardinality_limit: int = 0
     _span_group_cls: type | None = field(default=None, repr=False)
+    # Field -> (variable, value) for each field `from_env` read from the environment, so
+    # setup's errors name the real variable (`MY_OTEL_EXPORTER`), not a placeholder.
+    _env_sources: dict[str, tuple[str, Any]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         check_sample_rate(self.export_sample_rate, "NemoLensConfig.export_sample_rate")
+
+    def _label(self, name: str) -> str:
+        """How a message names field `name`: `NemoLensConfig.exporter`, followed by
+        `read from MY_OTEL_EXPORTER` while the field holds what `from_env` read there."""
+        variable, value = self._env_sources.get(name, ("", None))
+        if variable and getattr(self, name) == value:
+            return f"NemoLensConfig.{name} read from {variable}"
+        return f"NemoLensConfig.{name}"
 
     @property
     def resolved_span_groups(self) -> frozenset[str]:
@@ -128,7 +141,7 @@ class NemoLensConfig:
                 range. The message names the variable and the accepted form.
         """
         reader = _EnvReader(os.environ, prefix, fallback_prefix)
-        return cls(
+        config = cls(
             enabled=reader.read("ENABLED", _parse_bool, _BOOL_FORM, False),
             service_name=(
                 reader.read("SERVICE_NAME", str, "a string", "")
@@ -159,6 +172,14 @@ class NemoLensConfig:
             ),
             _span_group_cls=span_group_cls,
         )
+        config._env_sources = {
+            _ENV_KEY_FIELDS.get(key, key.lower()): source for key, source in reader.sources.items()
+        }
+        return config
+
+
+#: The `from_env` keys that are not their field's name in capitals.
+_ENV_KEY_FIELDS: Final = {"USER_ID": "user"}
 
 
 class _EnvReader:
@@ -170,6 +191,8 @@ class _EnvReader:
         self._environ = environ
         self._prefix = prefix
         self._fallback_prefix = fallback_prefix
+        #: Key -> (variable, parsed value) of every key read from a variable.
+        self.sources: dict[str, tuple[str, Any]] = {}
 
     def read(self, key: str, parse: Callable[[str], _T], accepted: str, default: _T) -> _T:
         primary = f"{self._prefix}_{key}"
@@ -181,12 +204,14 @@ class _EnvReader:
         if not raw:
             return default
         try:
-            return parse(raw)
+            value = parse(raw)
         except ValueError as exc:
             where = "" if source == primary else f" (read from {source})"
             raise LensValueError(
                 f"Invalid value for {primary}{where}: {raw!r}; expected {accepted}"
             ) from exc
+        self.sources[key] = (source, value)
+        return value
 
 
 def _parse_bool(raw: str) -> bool:
@@ -211,30 +236,30 @@ def _parse_cardinality_limit(raw: str) -> int:
     return limit
 
 
-def check_cardinality_limit(limit: object) -> int:
+def check_cardinality_limit(
+    limit: object, label: str = "NemoLensConfig.metric_cardinality_limit"
+) -> int:
     """`limit` if it is an int >= 0 (a bool is refused); setup calls it.
 
     Raises:
-        ValueError: Anything else; the message names the field and what it accepts.
+        ValueError: Anything else; the message names the field (`label`) and what it
+            accepts.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise LensValueError(
-            "NemoLensConfig.metric_cardinality_limit (<PREFIX>_METRIC_CARDINALITY_LIMIT) must "
-            f"be an integer >= 0, 0 meaning no limit; got {limit!r}"
-        )
+        raise LensValueError(f"{label} must be an integer >= 0, 0 meaning no limit; got {limit!r}")
     return limit
 
 
-def check_console_path(path: object) -> str:
+def check_console_path(path: object, label: str = "NemoLensConfig.console_path") -> str:
     """`path` if it is a str (empty: standard output); setup calls it.
 
     Raises:
-        TypeError: Anything else; the message names the field.
+        TypeError: Anything else; the message names the field (`label`).
     """
     if not isinstance(path, str):
         raise LensTypeError(
-            "NemoLensConfig.console_path (<PREFIX>_CONSOLE_PATH) must be a str, the file the "
-            f"console exporters append to ('' for standard output); got {type(path).__name__}"
+            f"{label} must be a str, the file the console exporters append to ('' for "
+            f"standard output); got {type(path).__name__}"
         )
     return path
 

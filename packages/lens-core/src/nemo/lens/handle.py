@@ -286,12 +286,16 @@ def setup_telemetry(
         strict_groups: frozenset[str] | None = None
         disabled_by_env = False
         if config.enabled:
-            _otel_env.check_exporter_name(config.exporter)
-            check_console_path(config.console_path)
-            check_cardinality_limit(config.metric_cardinality_limit)
+            _otel_env.check_exporter_name(config.exporter, config._label("exporter"))
+            check_console_path(config.console_path, config._label("console_path"))
+            check_cardinality_limit(
+                config.metric_cardinality_limit, config._label("metric_cardinality_limit")
+            )
             # Every signal's exporter variable is checked, on every rank, before anything.
             exporters = {
-                signal: _otel_env.signal_exporter(signal, config.exporter)
+                signal: _otel_env.signal_exporter(
+                    signal, config.exporter, label=config._label("exporter")
+                )
                 for signal in ("traces", "metrics", "logs")
             }
             strict_groups = _strict_span_groups(config)

@@ -57,10 +57,10 @@ def _single_rank(config: NemoLensConfig, rank: int, world_size: int) -> bool:
         shown = _shown(export_rank)
         _warnings.warn(
             ("export_rank", shown, world_size),
-            "export_rank %s (NemoLensConfig.export_rank / <PREFIX>_EXPORT_RANK) names no "
-            "rank of this world of %d, so no process exports telemetry; expected -1 (the "
-            "last rank) or a rank from 0 to %d",
+            "export_rank %s (%s) names no rank of this world of %d, so no process exports "
+            "telemetry; expected -1 (the last rank) or a rank from 0 to %d",
             shown,
+            config._label("export_rank"),
             world_size,
             world_size - 1,
         )

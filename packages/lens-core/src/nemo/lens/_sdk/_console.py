@@ -59,6 +59,8 @@ class JsonLinesFile:
     def __init__(self, path: Path, *, append: bool = False) -> None:
         self.path = path
         self.lines_written = 0
+        #: What the written lines hold: "spans", "metric points", "log records" -> count.
+        self.records_written: dict[str, int] = {}
         self._lock = threading.Lock()
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
         self._fd: int | None = os.open(path, flags, 0o666)
@@ -68,8 +70,9 @@ class JsonLinesFile:
         """True after `close`."""
         return self._fd is None
 
-    def write(self, text: str) -> int:
-        """Append `text` (whole lines); after `close` the text is dropped.
+    def write(self, text: str, *, what: str = "", count: int = 0) -> int:
+        """Append `text` (whole lines), holding `count` records of kind `what`; after
+        `close` the text is dropped.
 
         Raises:
             OSError: The file cannot take the text (a full disk, for example).
@@ -82,6 +85,8 @@ class JsonLinesFile:
             while view:
                 view = view[os.write(self._fd, view) :]
             self.lines_written += text.count("\n")
+            if what:
+                self.records_written[what] = self.records_written.get(what, 0) + count
         return len(text)
 
     def flush(self) -> None:
@@ -200,6 +205,25 @@ def otlp_json_line(request: Any, to_dict: Callable[..., dict[str, Any]]) -> str:
     return json.dumps(document, separators=(",", ":")) + "\n"
 
 
+#: What one record of each signal is called in `JsonLinesFile.records_written`.
+_RECORD_KINDS: Final = {"spans": "spans", "metrics": "metric points", "logs": "log records"}
+
+
+def _record_count(signal: str, request: Any) -> int:
+    """The spans, metric data points or log records in one OTLP export request."""
+    if signal == "spans":
+        return sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+    if signal == "logs":
+        return sum(len(s.log_records) for r in request.resource_logs for s in r.scope_logs)
+    count = 0
+    for resource in request.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                data = metric.WhichOneof("data")  # gauge, sum, histogram, ...
+                count += len(getattr(metric, data).data_points) if data else 0
+    return count
+
+
 def _write_request(
     out: IO[str] | JsonLinesFile,
     signal: str,
@@ -213,7 +237,7 @@ def _write_request(
             return True  # nothing to export (a collection with no points)
         line = otlp_json_line(request, to_dict)
         if isinstance(out, JsonLinesFile):
-            out.write(line)
+            out.write(line, what=_RECORD_KINDS[signal], count=_record_count(signal, request))
         else:
             with _process_lock("stream"):
                 out.write(line)

@@ -34,18 +34,23 @@ _logger = logging.getLogger(__name__)
 _setting_warnings = WarnOnce(_logger, "OTLP exporter settings")
 
 
-def console_stream(console_path: str) -> IO[str] | JsonLinesFile:
-    """Where the console exporters write: `console_path` (appended), or standard output."""
+def console_stream(
+    console_path: str, label: str = "NemoLensConfig.console_path"
+) -> IO[str] | JsonLinesFile:
+    """Where the console exporters write: `console_path` (appended), or standard output.
+
+    Raises:
+        ValueError: The file cannot be opened; the message names the field (`label`).
+    """
     try:
         return _console.console_output(console_path or None)
     except OSError as exc:
-        raise LensValueError(
-            f"Cannot open NemoLensConfig.console_path (<PREFIX>_CONSOLE_PATH) "
-            f"{console_path!r} for appending: {exc}"
-        ) from exc
+        raise LensValueError(f"Cannot open {label} {console_path!r} for appending: {exc}") from exc
 
 
-def build_span_exporter(name: str, *, console_path: str = "") -> SpanExporter | None:
+def build_span_exporter(
+    name: str, *, console_path: str = "", console_label: str = "NemoLensConfig.console_path"
+) -> SpanExporter | None:
     """The span exporter for exporter `name`; None for `prometheus` (a metrics-only pull).
 
     `console` writes to `console_path` when it is set, else to standard output.
@@ -54,11 +59,13 @@ def build_span_exporter(name: str, *, console_path: str = "") -> SpanExporter | 
         exporter: SpanExporter = _otlp_exporter("traces")
         return exporter
     if name == "console":
-        return console_span_exporter(console_stream(console_path))
+        return console_span_exporter(console_stream(console_path, console_label))
     return None
 
 
-def build_log_exporter(name: str, *, console_path: str = "") -> Any:
+def build_log_exporter(
+    name: str, *, console_path: str = "", console_label: str = "NemoLensConfig.console_path"
+) -> Any:
     """The log record exporter for exporter `name`, or None when logs go nowhere.
 
     `otlp` and `console` export logs like the other signals. `prometheus` serves metrics
@@ -71,7 +78,7 @@ def build_log_exporter(name: str, *, console_path: str = "") -> Any:
         ImportError: No OTLP log exporter is installed.
     """
     if name == "console":
-        return console_log_exporter(console_stream(console_path))
+        return console_log_exporter(console_stream(console_path, console_label))
     if name == "prometheus" and _otel_env.otlp_endpoint_variable("logs") is None:
         _logger.info(
             "logs_enabled with exporter 'prometheus': Prometheus serves metrics only and no "
@@ -88,6 +95,7 @@ def build_metric_reader(
     on_shutdown: list[Callable[[], None]],
     *,
     console_path: str = "",
+    console_label: str = "NemoLensConfig.console_path",
     one_exporter_per_node: bool = True,
 ) -> MetricReader:
     """The metric reader for exporter `name`.
@@ -107,7 +115,7 @@ def build_metric_reader(
     if name == "prometheus":
         return _prometheus_reader(on_shutdown, one_exporter_per_node=one_exporter_per_node)
     if name == "console":
-        metric_exporter: Any = console_metric_exporter(console_stream(console_path))
+        metric_exporter: Any = console_metric_exporter(console_stream(console_path, console_label))
     else:
         metric_exporter = _otlp_exporter("metrics")
     timeout_ms, problem = _otel_env.metric_export_timeout_ms()

@@ -312,7 +312,7 @@ def build_pipeline(
 
     owner_pid = os.getpid()
     exporters = {
-        signal: _otel_env.signal_exporter(signal, config.exporter)
+        signal: _otel_env.signal_exporter(signal, config.exporter, label=config._label("exporter"))
         for signal in ("traces", "metrics", "logs")
     }
     service_name = config.service_name
@@ -353,6 +353,7 @@ def build_pipeline(
                     else _otel_env.metric_export_interval_ms(),
                     pipeline.on_shutdown,
                     console_path=config.console_path,
+                    console_label=config._label("console_path"),
                     one_exporter_per_node=one_exporter_per_node,
                 )
             pipeline.meter_provider = MeterProvider(
@@ -368,7 +369,9 @@ def build_pipeline(
             exporter = span_exporter
             if exporter is None:
                 exporter = _exporters.build_span_exporter(
-                    exporters["traces"], console_path=config.console_path
+                    exporters["traces"],
+                    console_path=config.console_path,
+                    console_label=config._label("console_path"),
                 )
             tracer_provider = TracerProvider(
                 resource=resource,
@@ -400,7 +403,11 @@ def build_pipeline(
                 )
         if logs_on:
             pipeline.logger_provider = build_logger_provider(
-                exporters["logs"], resource, owner_pid, console_path=config.console_path
+                exporters["logs"],
+                resource,
+                owner_pid,
+                console_path=config.console_path,
+                console_label=config._label("console_path"),
             )
     except BaseException:
         _discard(pipeline)
@@ -469,7 +476,12 @@ def build_gated_batch_processor(
 
 
 def build_logger_provider(
-    exporter_name: str, resource: Resource, owner_pid: int, *, console_path: str = ""
+    exporter_name: str,
+    resource: Resource,
+    owner_pid: int,
+    *,
+    console_path: str = "",
+    console_label: str = "NemoLensConfig.console_path",
 ) -> Any:
     """An SDK `LoggerProvider` exporting through a batch processor, or None.
 
@@ -480,7 +492,9 @@ def build_logger_provider(
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 
-    exporter = _exporters.build_log_exporter(exporter_name, console_path=console_path)
+    exporter = _exporters.build_log_exporter(
+        exporter_name, console_path=console_path, console_label=console_label
+    )
     if exporter is None:
         return None
     provider = LoggerProvider(resource=resource, shutdown_on_exit=False)

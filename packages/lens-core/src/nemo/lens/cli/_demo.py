@@ -146,6 +146,14 @@ def _check_options(args: argparse.Namespace) -> str | None:
         return f"--port applies to --exporter prometheus only, got --exporter {args.exporter}"
     if args.out is not None and args.exporter == "otlp":
         return "--out applies to --exporter console or prometheus; otlp sends to the collector"
+    if args.out is not None:
+        if args.out.is_dir():
+            return f"--out {str(args.out)!r} is a directory; give the path of a file to write"
+        if not args.out.resolve().parent.is_dir():
+            return (
+                f"--out {str(args.out)!r}: the directory {str(args.out.resolve().parent)!r} "
+                "does not exist; create it first or choose another path"
+            )
     return None
 
 
@@ -235,15 +243,21 @@ class _Training:
         tokens_total = 0
         buffer_size = 0
         with managed_span(
-            "job", "rl.job", tracer=tracer, **{semconv.RL_ALGORITHM: "grpo", "demo.steps": steps}
+            "job",
+            f"{DEMO_GROUP}.job",
+            tracer=tracer,
+            **{semconv.RL_ALGORITHM: "grpo", "demo.steps": steps},
         ):
             for result in simulate(steps, seed=self.args.seed):
                 with managed_span(
-                    "step", "rl.step", tracer=tracer, **{semconv.DL_ITERATION: result.step}
+                    "step",
+                    f"{DEMO_GROUP}.step",
+                    tracer=tracer,
+                    **{semconv.DL_ITERATION: result.step},
                 ):
                     with managed_span(
                         "step",
-                        "rl.generate",
+                        f"{DEMO_GROUP}.generate",
                         tracer=tracer,
                         **{
                             semconv.RL_NUM_ROLLOUTS: len(result.generation_durations_ms),
@@ -251,7 +265,7 @@ class _Training:
                         },
                     ):
                         time.sleep(pause * 0.7)
-                    with managed_span("step", "rl.train", tracer=tracer):
+                    with managed_span("step", f"{DEMO_GROUP}.train", tracer=tracer):
                         time.sleep(pause * 0.3)
                     record_metrics(
                         meter,
@@ -342,8 +356,16 @@ def run(args: argparse.Namespace) -> int:
     )
     view.message(f"lens demo: {status}; telemetry flushed")
     if sink is not None:
-        view.message(f"lens demo: wrote {sink.lines_written} OTLP/JSON lines to {sink.path}")
+        view.message(f"lens demo: {_what_was_written(sink, args.exporter)}")
     return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _what_was_written(sink: Any, exporter: str) -> str:
+    """`'wrote 104 spans and 56 metric points to PATH (3 OTLP/JSON lines)'`."""
+    kinds = ("spans", "metric points") if exporter == "console" else ("spans",)
+    held = " and ".join(f"{sink.records_written.get(kind, 0)} {kind}" for kind in kinds)
+    lines = sink.lines_written
+    return f"wrote {held} to {sink.path} ({lines} OTLP/JSON line{'' if lines == 1 else 's'})"
 
 
 def _announce(args: argparse.Namespace, sink: Any) -> None:

@@ -315,7 +315,9 @@ def _signal_exporters(
         if not enabled:
             continue
         try:
-            exporter = _otel_env.signal_exporter(signal, config.exporter, environ)
+            exporter = _otel_env.signal_exporter(
+                signal, config.exporter, environ, label=config._label("exporter")
+            )
         except ValueError as exc:
             report.fail(str(exc))
             unresolved = True

@@ -30,6 +30,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import tarfile
 import tempfile
 import zipfile
@@ -298,7 +299,9 @@ def docs(session: nox.Session) -> None:
 def docs_serve(session: nox.Session) -> None:
     """Serve the documentation site at http://127.0.0.1:8000, rebuilt on every change."""
     session.install(*group("docs"))
-    session.run("mkdocs", "serve", "--dev-addr", "127.0.0.1:8000", env={"NO_MKDOCS_2_WARNING": "1"})
+    serve_until_stopped(
+        session, "mkdocs", "serve", "--dev-addr", "127.0.0.1:8000", env={"NO_MKDOCS_2_WARNING": "1"}
+    )
 
 
 @nox.session(python=NEWEST_PYTHON)
@@ -316,6 +319,26 @@ def bench(session: nox.Session, otel: str) -> None:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def _stop_like_ctrl_c(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def serve_until_stopped(session: nox.Session, *command: str, env: dict[str, str]) -> None:
+    """Run a server until it is stopped; being stopped is how the session succeeds.
+
+    Ctrl-C reaches nox and the server alike, and nox waits for the server to exit. A
+    SIGTERM to nox (a supervisor, `kill`) takes the same path, instead of leaving the
+    server running; a SIGINT or SIGTERM sent to the server alone ends it with the signal's
+    status, which counts as stopped too.
+    """
+    stopped = (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
+    previous = signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
+    try:
+        session.run(*command, env=env, success_codes=[0, *stopped])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def uv_binary() -> str:

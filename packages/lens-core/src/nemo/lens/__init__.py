@@ -144,7 +144,8 @@ def get_meter(name: str = "nemo.lens") -> metrics.Meter:
 
     In a process forked from one that had that global provider, its SDK locks may be held
     for good, so the meter comes from this process's own `setup_telemetry` instead, or is a
-    no-op meter until there is one (see `docs/exporters.md`, "Forked children").
+    no-op meter until there is one (see
+    [Forked children](exporters.md#forked-children)).
     """
     from nemo.lens import _inheritance  # a small module; kept off `import nemo.lens`
 

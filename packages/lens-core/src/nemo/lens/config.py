@@ -52,8 +52,8 @@ def is_default_service_name(name: object) -> bool:
 class NemoLensConfig:
     """Settings for `setup_telemetry`; every field has a default and an environment key.
 
-    See `docs/configuration.md` for each field's environment variable, default and
-    accepted values.
+    [Configuration](configuration.md#fields-and-their-variables) lists each field's
+    environment variable, default and accepted values.
 
     Raises:
         ValueError: `export_sample_rate` lies outside [0.0, 1.0] or is NaN.

@@ -261,8 +261,9 @@ def setup_telemetry(
             does not support, an unknown span group (strict resolvers), a negative
             `metric_cardinality_limit`, or a malformed `OTEL_METRIC_EXPORT_INTERVAL`,
             `OTEL_BSP_*` variable, `OTEL_EXPORTER_PROMETHEUS_PORT` or `LOCAL_RANK`.
-        TypeError: `_span_group_cls` is not a `SpanGroup` subclass, `console_path` is
-            not a str, or `export_strategy` is not callable.
+        TypeError: The configuration's span-group class (`from_env(span_group_cls=...)`)
+            is not a `SpanGroup` subclass, `console_path` is not a str, or
+            `export_strategy` is not callable.
         ImportError: An exporting process lacks the SDK or the configured exporter.
     """
     global _INITIALIZED, _live_handle

@@ -21,8 +21,8 @@ __all__ = ["build_parser", "main", "run"]
 _COMMANDS = {"demo": _demo, "doctor": _doctor, "metrics": _metrics}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the `lens` parser with one sub-parser per command."""
+def build_parser() -> LensArgumentParser:
+    """Return the `lens` parser with one sub-parser per command (its `sub_parsers`)."""
     parser = LensArgumentParser(
         prog="lens",
         description="OpenTelemetry traces and metrics for ML training loops.",
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(sub)
         command: Callable[[argparse.Namespace], int] = module.run
         sub.set_defaults(run=command)
+        parser.sub_parsers[name] = sub
     return parser
 
 
@@ -55,9 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
         if args.command is None:
-            parser.error("expected a command: demo, doctor or metrics")
+            expected = "expected a command: demo, doctor or metrics"
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}" if unknown else expected)
+        if unknown:
+            # The command's own parser reports them, with its name and its --help.
+            command_parser = parser.sub_parsers[args.command]
+            command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:
         # argparse exits for --help, --version and bad input; hand back the status instead.
         if exc.code is None:

@@ -17,7 +17,7 @@ import re
 import socket
 import sys
 from collections.abc import Callable, Iterable
-from typing import Final, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 _N = TypeVar("_N", int, float)
 
@@ -31,6 +31,11 @@ class LensArgumentParser(argparse.ArgumentParser):
     argparse prints the whole usage block before the message; a one-line error is easier
     to read in a job log, and `--help` still shows the usage.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Command name -> its parser, for the `lens` parser's commands.
+        self.sub_parsers: dict[str, LensArgumentParser] = {}
 
     def error(self, message: str) -> NoReturn:
         one_line = " ".join(message.split())

@@ -81,7 +81,7 @@ class NemoLensConfig:
     # Field -> (variable, value) for each field `from_env` read from the environment, so
     # setup's errors name the real variable (`MY_OTEL_EXPORTER`), not a placeholder.
     _env_sources: dict[str, tuple[str, Any]] = field(
-        default_factory=dict, repr=False, compare=False
+        default_factory=dict, init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:

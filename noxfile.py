@@ -291,7 +291,8 @@ def build(session: nox.Session) -> None:
 
 @nox.session(python=NEWEST_PYTHON)
 def docs(session: nox.Session) -> None:
-    """The documentation site, with every mkdocs warning an error."""
+    """The documentation site, with every mkdocs warning an error, and its checks: code that
+    parses and fits, measured in headless Chromium (tests/test_docs.py)."""
     run_docs_build(session)
 
 
@@ -734,7 +735,10 @@ def run_build_checks(session: nox.Session) -> None:
 
 
 def run_docs_build(session: nox.Session) -> None:
-    """`mkdocs build --strict` on the root mkdocs.yml, into a scratch directory."""
+    """`mkdocs build --strict` on the root mkdocs.yml, into a scratch directory; then
+    tests/test_docs.py, whose rendered check builds the site again and measures every code
+    block of every page in headless Chromium (Debian's chromium and chromedriver: it skips
+    without them, unless LENS_TEST_REQUIRE lists chromium, as .ci/run does)."""
     session.install(*group("docs"))
     show_versions(session)
     site_dir = pathlib.Path(session.create_tmp()) / "site"
@@ -744,6 +748,9 @@ def run_docs_build(session: nox.Session) -> None:
         "mkdocs", "build", "--strict", "--site-dir", str(site_dir),
         env={"NO_MKDOCS_2_WARNING": "1"},
     )  # fmt: skip
+    # --noconftest: the root tests' conftest loads lens-core and hypothesis, which no docs
+    # check needs (this environment holds only the docs group).
+    session.run("python", "-m", "pytest", "--noconftest", "tests/test_docs.py", *session.posargs)
 
 
 def run_benchmarks(session: nox.Session, otel: str) -> None:

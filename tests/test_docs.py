@@ -1,29 +1,55 @@
 """The documentation a newcomer reads: the README's two commands, and code that works and fits.
 
 The docs site is `mkdocs build --strict` in the `docs` session; these checks cover what that
-build does not: that each Python example at least parses, and that code lines fit the page
-column instead of scrolling sideways (console output, which is what a command printed, may).
+build does not: that each Python example at least parses, and that code fits the page column
+instead of scrolling sideways or running under the copy button (console and text output,
+which is what a command printed, may). The static check counts characters against COLUMN;
+the rendered check builds the site and measures every code block of every page in headless
+Chromium at each size in WINDOWS. The `docs` session runs both; without mkdocs, selenium or
+Chromium the rendered check skips, unless LENS_TEST_REQUIRE lists chromium (`.ci/run`), where
+a missing Chromium fails it.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import functools
+import html
+import http.server
+import importlib.util
+import os
 import pathlib
 import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from lens_integrations import require, required_runtimes
+
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
+SITE_PAGES = sorted((REPOSITORY / "docs").glob("*.md"))
 PAGES = sorted(
     [
         REPOSITORY / "README.md",
-        *(REPOSITORY / "docs").glob("*.md"),
+        *SITE_PAGES,
         *(REPOSITORY / "packages").glob("*/README.md"),
     ]
 )
-# The widest code line the docs site shows without a scroll bar in a 1440-pixel-wide window
-# (checked with headless Chromium; docs/stylesheets/extra.css widens the grid for it).
-COLUMN = 100
+# The widest code line the docs site shows in a 1280-pixel-wide window without a scroll bar
+# and clear of the copy button. Beside Material's two sidebars (and a 15-pixel page scroll
+# bar) a code block is 733 pixels wide there; less its paddings, the right one widened by
+# docs/stylesheets/extra.css to keep the button's corner free on every line, 682 pixels
+# hold 83 characters of 13.6-pixel monospace. test_a_column_wide_line_fits_the_rendered_page
+# measures it in headless Chromium, at each size in WINDOWS.
+COLUMN = 83
 # Blocks that show what a program printed, not code to read or paste.
 OUTPUT_LANGUAGES = frozenset({"console", "text"})
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<language>[\w+-]*)")
@@ -91,3 +117,373 @@ def test_readme_starts_with_the_demo_and_the_test_command() -> None:
     after_marker = [body for start, _, body in blocks if start > text[:marker].count("\n") + 1]
     assert "nox" in after_marker[0][0]
     assert text.index("lens demo") < marker
+
+
+# --- the rendered site ----------------------------------------------------------------------
+
+# Browser windows the rendered check uses (width, height): a common laptop width, just above
+# the 1220 pixels from which Material shows both sidebars beside the page, and a wider one.
+WINDOWS = ((1280, 900), (1440, 900))
+# Seconds: the whole `mkdocs build`, and any one browser command (start, page load, script,
+# waiting for Material's script to add the copy buttons).
+BUILD_TIMEOUT = 180
+BROWSER_TIMEOUT = 30
+# Headless, as root in a container, without a GPU; every host name but 127.0.0.1 resolves
+# to nothing, so the page's web fonts fail at once and nothing leaves the machine (code
+# falls back to the system's monospace font, DejaVu Sans Mono on Debian, a hair wider than
+# Material's Roboto Mono, which keeps the check on the safe side).
+CHROMIUM_ARGUMENTS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+)
+# The copy button: Material 9.7+ puts its buttons in `.md-code__nav`, earlier releases place
+# a lone `.md-clipboard`; either sits absolutely in the block's top right corner.
+BUTTONS = ".md-code__nav, .md-clipboard"
+# True once the page has loaded, its fonts have settled and Material's script has given each
+# code block its copy button.
+PAGE_READY = f"""
+return document.readyState === "complete" && document.fonts.status === "loaded"
+    && [...document.querySelectorAll(".md-typeset pre > code")]
+        .every((code) => code.parentElement.querySelector({BUTTONS!r}) !== null);
+"""
+# For each code block of the page, in document order: its text and language, where it
+# comes from, its widths, how far each line's text reaches, which words the copy button
+# covers and how wide a COLUMN-character line of its font is. Figures are CSS pixels.
+MEASURE_BLOCKS = f"""
+const column = arguments[0];
+const intersect = (a, b) => ({{
+  left: Math.max(a.left, b.left), right: Math.min(a.right, b.right),
+  top: Math.max(a.top, b.top), bottom: Math.min(a.bottom, b.bottom),
+}});
+const isEmpty = (box) => box.left >= box.right || box.top >= box.bottom;
+return [...document.querySelectorAll(".md-typeset pre > code")].map((code) => {{
+  const wrapper = code.closest(".highlight");
+  const language = [...(wrapper ? wrapper.classList : [])]
+    .filter((name) => name.startsWith("language-"))
+    .map((name) => name.slice("language-".length))[0] || "";
+  const style = getComputedStyle(code);
+  const frame = code.getBoundingClientRect();
+  const left = frame.left + code.clientLeft;
+  const top = frame.top + code.clientTop;
+  const shown = {{left, top, right: left + code.clientWidth, bottom: top + code.clientHeight}};
+  const textLeft = left + parseFloat(style.paddingLeft);
+  const buttons = [...code.parentElement.querySelectorAll({BUTTONS!r})]
+    .map((button) => button.getBoundingClientRect())
+    .filter((box) => box.width > 0 && box.height > 0);
+  const reach = new Map();
+  const covered = [];
+  const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+  let line = 1;
+  for (let node = walker.nextNode(); node !== null; node = walker.nextNode()) {{
+    for (const word of node.data.matchAll(/\\n|\\S+/g)) {{
+      if (word[0] === "\\n") {{
+        line += 1;
+        continue;
+      }}
+      const range = document.createRange();
+      range.setStart(node, word.index);
+      range.setEnd(node, word.index + word[0].length);
+      for (const box of range.getClientRects()) {{
+        reach.set(line, Math.max(reach.get(line) || 0, box.right - textLeft));
+        const visible = intersect(box, shown);
+        if (!isEmpty(visible) && buttons.some((button) => !isEmpty(intersect(visible, button)))) {{
+          covered.push([line, word[0]]);
+        }}
+      }}
+    }}
+  }}
+  const probe = document.createElement("span");
+  probe.textContent = "0".repeat(column);
+  code.append(probe);
+  const columnWidth = probe.getBoundingClientRect().width;
+  probe.remove();
+  return {{
+    text: code.textContent,
+    language,
+    from_docstring: code.closest(".doc") !== null,
+    top_level: wrapper !== null && wrapper.parentElement.matches("article.md-typeset"),
+    scroll_width: code.scrollWidth,
+    client_width: code.clientWidth,
+    text_width: code.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight),
+    button_room: buttons.length ? Math.min(...buttons.map((box) => box.left)) - textLeft : null,
+    reach: [...reach.entries()],
+    covered,
+    column_width: columnWidth,
+  }};
+}});
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderedBlock:
+    """One code block of the built site as the browser laid it out (CSS pixels)."""
+
+    page: str  # the Markdown page, docs/cli.md
+    where: str  # "docs/cli.md:112" (its first line), or "docs/api.md, code block 7"
+    lines: tuple[str, ...]  # the block's text, one entry a line
+    first_line: int | None  # the Markdown line of lines[0], when known
+    language: str
+    top_level: bool  # directly in the page's column (not in a list, admonition, API entry)
+    scroll_width: int
+    client_width: int
+    text_width: float  # the room for text between the block's paddings
+    button_room: float | None  # from the text's left edge to the copy button's
+    reach: dict[int, float]  # line of the block (from 1) -> where its text ends
+    covered: tuple[tuple[int, str], ...]  # (line, word) under the copy button
+    column_width: float  # a line of COLUMN characters in the block's font
+
+    @property
+    def room(self) -> float:
+        """The width a line may take: to the right padding, and not under the button."""
+        if self.button_room is None:
+            return self.text_width
+        return min(self.text_width, self.button_room)
+
+    def line_name(self, line: int) -> str:
+        """`line` of the block (from 1) as a Markdown line, docs/cli.md:113, when known."""
+        if self.first_line is None:
+            return f"{self.where}, line {line}"
+        return f"{self.page}:{self.first_line + line - 1}"
+
+    def too_wide(self) -> list[str]:
+        """Each line whose text runs past the room there is, with its width and length."""
+        return [
+            f"{self.line_name(line)}: {len(self.lines[line - 1])} characters, {reach:.0f} px"
+            f" of the {self.text_width:.0f} px there is"
+            for line, reach in sorted(self.reach.items())
+            if reach > self.text_width + 0.5
+        ]
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the built site without a log line per request."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser_programs() -> tuple[str, str]:
+    """Debian's chromium and chromedriver, with mkdocs and selenium to use them; skip
+    without any of them, unless the run requires chromium (LENS_TEST_REQUIRE), where a
+    missing chromium or chromedriver fails."""
+    require("mkdocs")
+    require("selenium")
+    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        found = {"chromium": chromium, "chromedriver": chromedriver}
+        missing = " or ".join(name for name, path in found.items() if path is None)
+        reason = f"no {missing} program on PATH (Debian: apt-get install chromium chromium-driver)"
+        if "chromium" in required_runtimes():
+            pytest.fail(f"LENS_TEST_REQUIRE lists chromium, but there is {reason}")
+        pytest.skip(f"{reason}; .ci/run installs them")
+    return chromium, chromedriver
+
+
+@pytest.fixture(scope="module")
+def site(built_site: pathlib.Path, browser_programs: tuple[str, str]) -> pathlib.Path:
+    """The docs site, for the browser (which it waits for, so no build is wasted)."""
+    return built_site
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The docs site, built as the `docs` session builds it (`mkdocs build --strict`)."""
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed (the docs session installs it)")
+    site_dir = tmp_path_factory.mktemp("site")
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
+        cwd=REPOSITORY,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        check=False,
+    )
+    if build.returncode != 0:
+        pytest.fail(f"mkdocs build --strict failed:\n{build.stdout}{build.stderr}")
+    return site_dir
+
+
+@pytest.fixture(scope="module")
+def site_url(site: pathlib.Path) -> Iterator[str]:
+    """The built site, served over HTTP on 127.0.0.1 from a thread of this process."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, name="docs-site", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=BROWSER_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def browser(browser_programs: tuple[str, str]) -> Iterator[WebDriver]:
+    """Headless Chromium driven through Debian's chromedriver; every command is bounded by
+    BROWSER_TIMEOUT, and both processes are stopped afterwards."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.remote.client_config import ClientConfig
+
+    chromium, chromedriver = browser_programs
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in CHROMIUM_ARGUMENTS:
+        options.add_argument(argument)
+    service = Service(executable_path=chromedriver, log_output=subprocess.DEVNULL)
+    service.start()
+    try:
+        driver = webdriver.Remote(
+            command_executor=service.service_url,
+            options=options,
+            client_config=ClientConfig(service.service_url, timeout=BROWSER_TIMEOUT),
+        )
+        try:
+            driver.set_page_load_timeout(BROWSER_TIMEOUT)
+            driver.set_script_timeout(BROWSER_TIMEOUT)
+            yield driver
+        finally:
+            driver.quit()
+    finally:
+        service.stop()
+
+
+def _page_url(page: pathlib.Path) -> str:
+    """The path of `page`'s built page under the site's root (mkdocs' directory URLs)."""
+    return "" if page.stem == "index" else f"{page.stem}/"
+
+
+def _measure_page(driver: WebDriver, url: str, page: pathlib.Path) -> list[RenderedBlock]:
+    """Every code block of `page`, served at `url`, as `driver`'s window lays it out."""
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    driver.get(url)
+    WebDriverWait(driver, BROWSER_TIMEOUT).until(
+        lambda ready: ready.execute_script(PAGE_READY),
+        message=f"{url}: Material's script gave not every code block a copy button",
+    )
+    found: list[dict[str, Any]] = driver.execute_script(MEASURE_BLOCKS, COLUMN)
+    # The page's own fences come in document order among the blocks that are not part of
+    # an API entry (mkdocstrings' `.doc`), so each of those is named by its Markdown line.
+    fences = [start for start, _, _ in _blocks(page)]
+    from_page = [index for index, block in enumerate(found) if not block["from_docstring"]]
+    first_lines: dict[int, int] = {}
+    if len(from_page) == len(fences):
+        first_lines = dict(zip(from_page, fences, strict=True))
+    name = page.relative_to(REPOSITORY).as_posix()
+    blocks = []
+    for index, block in enumerate(found):
+        first_line = first_lines.get(index)
+        where = f"{name}:{first_line}" if first_line else f"{name}, code block {index + 1}"
+        blocks.append(
+            RenderedBlock(
+                page=name,
+                where=where,
+                lines=tuple(block["text"].split("\n")),
+                first_line=first_line,
+                language=block["language"],
+                top_level=block["top_level"],
+                scroll_width=block["scroll_width"],
+                client_width=block["client_width"],
+                text_width=block["text_width"],
+                button_room=block["button_room"],
+                reach={int(line): float(right) for line, right in block["reach"]},
+                covered=tuple((int(line), str(word)) for line, word in block["covered"]),
+                column_width=block["column_width"],
+            )
+        )
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def layouts(
+    site: pathlib.Path, site_url: str, browser: WebDriver
+) -> Callable[[tuple[int, int]], list[RenderedBlock]]:
+    """Every code block to read or paste on every page of the site, as a browser window of
+    a given size lays it out; each size is measured once per module (however pytest-randomly
+    orders the tests)."""
+    measured: dict[tuple[int, int], list[RenderedBlock]] = {}
+
+    def layout(size: tuple[int, int]) -> list[RenderedBlock]:
+        if size not in measured:
+            browser.set_window_size(*size)
+            blocks = []
+            for page in SITE_PAGES:
+                built = site / _page_url(page) / "index.html"
+                assert built.is_file(), f"mkdocs built no {built.relative_to(site)}"
+                blocks += _measure_page(browser, site_url + _page_url(page), page)
+            measured[size] = [block for block in blocks if block.language not in OUTPUT_LANGUAGES]
+        return measured[size]
+
+    return layout
+
+
+@pytest.fixture(params=WINDOWS, ids=lambda size: f"{size[0]}x{size[1]}")
+def rendered(
+    request: pytest.FixtureRequest, layouts: Callable[[tuple[int, int]], list[RenderedBlock]]
+) -> list[RenderedBlock]:
+    """The site's code blocks to read or paste, in a browser window of one size in WINDOWS."""
+    return layouts(request.param)
+
+
+def test_no_code_block_scrolls_sideways(rendered: list[RenderedBlock]) -> None:
+    """Every line of code to read or paste fits its block, which never scrolls sideways."""
+    overflowing = [
+        f"{block.where} ({block.scroll_width} px wide in {block.client_width} px): "
+        + "; ".join(block.too_wide() or ["its padding"])
+        for block in rendered
+        if block.scroll_width > block.client_width
+    ]
+    assert not overflowing, "scrolls sideways:\n" + "\n".join(overflowing)
+
+
+def test_the_copy_button_covers_no_code(rendered: list[RenderedBlock]) -> None:
+    """The copy button in a code block's corner lies over none of the text shown there."""
+    covered = [
+        f"{block.line_name(line)}: {word!r}" for block in rendered for line, word in block.covered
+    ]
+    assert not covered, "under the copy button:\n" + "\n".join(covered)
+
+
+def test_a_column_wide_line_fits_the_rendered_page(rendered: list[RenderedBlock]) -> None:
+    """A line of COLUMN characters (the static check's limit) fits beside the copy button."""
+    in_the_column = [block for block in rendered if block.top_level]
+    assert in_the_column, "no code block stands directly in a page's column"
+    too_narrow = {
+        f"{block.page}: {COLUMN} characters take {block.column_width:.1f} px, the column"
+        f" has {block.room:.1f} px"
+        for block in in_the_column
+        if block.column_width > block.room
+    }
+    assert not too_narrow, "\n".join(sorted(too_narrow))
+
+
+def _page_text(site: pathlib.Path, page: str) -> str:
+    """The visible text of a built page (tags dropped, entities decoded)."""
+    markup = (site / page / "index.html").read_text(encoding="utf-8")
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def test_the_api_page_shows_the_call_a_consumer_makes(built_site: pathlib.Path) -> None:
+    """NemoLensConfig's signature shows the default service name by value and no private
+    field; a documented private keyword (`_allow_reinit`) stays; docstrings' references to
+    other pages are links, not literal `docs/....md` text."""
+    text = _page_text(built_site, "api")
+    signature = re.search(r"NemoLensConfig\((.*?)\)", text, re.DOTALL)
+    assert signature is not None
+    assert 'service_name: str = "nemo"' in " ".join(signature[1].split())
+    for hidden in ("DEFAULT_SERVICE_NAME", "_span_group_cls", "_env_sources"):
+        assert hidden not in text
+    assert "_allow_reinit" in text
+    assert re.findall(r"docs/[\w-]+\.md", text) == []
+    markup = (built_site / "api" / "index.html").read_text(encoding="utf-8")
+    assert 'href="../configuration/#fields-and-their-variables"' in markup
+    assert 'href="../exporters/#forked-children"' in markup

@@ -2,9 +2,9 @@
 
 The sessions that install such a runtime set `LENS_TEST_REQUIRE` to a comma list of the
 ones they installed (the integrations sessions: ray or torch; typecheck: mypy; `.ci/run`,
-which installs Debian's prometheus and chromium: prometheus,chromium); there a missing runtime fails the test
-instead of skipping it, so a broken install cannot pass as "skipped". Everywhere else (a
-development venv without them) such a test skips.
+which installs Debian's prometheus and chromium: prometheus,chromium); there a missing
+runtime fails the test instead of skipping it, so a broken install cannot pass as
+"skipped". Everywhere else (a development venv without them) such a test skips.
 """
 
 from __future__ import annotations

@@ -287,3 +287,35 @@ def test_resolved_span_groups_is_lenient_once_the_registry_has_a_namespace() -> 
 def test_resolved_span_groups_defaults_to_span_group() -> None:
     """No class and an empty registry: `SpanGroup.resolve` applies."""
     assert NemoLensConfig().resolved_span_groups == SpanGroup.resolve("default")
+
+
+def test_resolved_span_groups_error_names_the_variable_while_the_field_holds_its_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A strict error names the variable from_env read the spec from, until code replaces it."""
+    monkeypatch.setenv("FALLBACK_SPAN_GROUPS", "stepp")
+    config = NemoLensConfig.from_env(prefix="TEST_OTEL", fallback_prefix="FALLBACK")
+    with pytest.raises(ValueError) as read:
+        _ = config.resolved_span_groups
+    assert str(read.value).endswith(
+        "(span_groups comes from the environment variable FALLBACK_SPAN_GROUPS='stepp')"
+    )
+    config.span_groups = "steppe"
+    with pytest.raises(ValueError) as assigned:
+        _ = config.resolved_span_groups
+    valid = sorted(SpanGroup.ALL_GROUPS | SpanGroup.presets().keys())
+    assert str(assigned.value) == f"Unknown span group or preset: 'steppe'. Valid options: {valid}"
+
+
+class AliasingSpanGroup(SpanGroup):
+    """A subclass with a resolve() of its own, which the resolver rule keeps calling."""
+
+    @classmethod
+    def resolve(cls, spec: str) -> frozenset[str]:
+        return super().resolve(spec.replace("everything", "all"))
+
+
+def test_resolved_span_groups_keeps_a_subclass_resolve_override() -> None:
+    """A configured class that overrides `resolve` is resolved through that override."""
+    config = NemoLensConfig(span_groups="everything", _span_group_cls=AliasingSpanGroup)
+    assert config.resolved_span_groups == SpanGroup.ALL_GROUPS

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from nemo.lens import MetricSpec, NemoLensConfig, record_metrics, register_metric_group
 from nemo.lens import setup_telemetry as lens_setup
+from nemo.lens._export_plan import SignalPlan, plan_signal
 from nemo.lens._otel_env import (
     metric_export_interval_ms,
     otlp_protocol,
@@ -100,22 +101,29 @@ def test_a_valid_signal_protocol_is_used_even_when_the_general_one_is_bad() -> N
         otlp_protocol("metrics", environ)
 
 
-def test_an_unknown_protocol_fails_the_exporter_build_before_any_import(
+def signal_plan(signal: str, exporter: str) -> SignalPlan:
+    """The plan setup would build for `signal` with `exporter`, from os.environ."""
+    plan = plan_signal(signal, exporter, NemoLensConfig(enabled=True, exporter=exporter))
+    assert plan is not None
+    return plan
+
+
+def test_an_unknown_protocol_fails_the_plan_before_any_exporter_is_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """build_span_exporter("otlp") raises the protocol error instead of building gRPC."""
+    """The plan raises the protocol error instead of falling back to gRPC."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http")
 
     with pytest.raises(LensValueError, match="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
-        build_span_exporter("otlp")
+        signal_plan("traces", "otlp")
 
 
 def test_otlp_builds_grpc_by_default_and_http_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The OTLP span exporter's transport follows the protocol variables."""
-    grpc_exporter = build_span_exporter("otlp")
+    grpc_exporter = build_span_exporter(signal_plan("traces", "otlp"))
     assert type(grpc_exporter).__module__.startswith("opentelemetry.exporter.otlp.proto.grpc")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
-    http_exporter = build_span_exporter("otlp")
+    http_exporter = build_span_exporter(signal_plan("traces", "otlp"))
     assert type(http_exporter).__module__.startswith("opentelemetry.exporter.otlp.proto.http")
     for exporter in (grpc_exporter, http_exporter):
         assert exporter is not None
@@ -125,14 +133,26 @@ def test_otlp_builds_grpc_by_default_and_http_when_asked(monkeypatch: pytest.Mon
 def test_otlp_falls_back_to_the_other_transport_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """When the preferred transport is not installed, the other is used and a warning says so."""
+    """When the preferred transport is not installed, the plan picks the other, says so in
+    a warning that setup logs, and that transport's exporter is built."""
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", None)
     caplog.set_level(logging.WARNING, logger="nemo.lens._sdk._exporters")
-    exporter = build_span_exporter("otlp")
+    warnings: list[str] = []
+    plan = plan_signal(
+        "traces", "otlp", NemoLensConfig(enabled=True, exporter="otlp"), warnings=warnings
+    )
+    assert plan is not None
+    assert plan.otlp is not None
+    assert (plan.otlp.transport, plan.otlp.endpoint) == ("http", "http://localhost:4318")
+    (warning,) = warnings
+    assert "asked for the grpc exporter, which is not installed; exporting over http" in warning
+    exporter = build_span_exporter(plan)
     assert exporter is not None
     assert type(exporter).__module__.startswith("opentelemetry.exporter.otlp.proto.http")
-    assert "not installed" in caplog.text
     exporter.shutdown()
+    handle = lens_setup(NemoLensConfig(enabled=True, exporter="otlp", metrics_enabled=False))
+    handle.shutdown(timeout_ms=1000)
+    assert "exporting over http instead" in caplog.text
 
 
 def test_otlp_without_any_transport_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,12 +162,17 @@ def test_otlp_without_any_transport_names_the_extra(monkeypatch: pytest.MonkeyPa
             sys.modules, f"opentelemetry.exporter.otlp.proto.{transport}.metric_exporter", None
         )
     with pytest.raises(ImportError, match=r"lens-core\[sdk\]"):
-        build_metric_reader("otlp", 1000, [])
+        build_metric_reader(signal_plan("metrics", "otlp"), [])
 
 
 def test_prometheus_exports_no_spans() -> None:
     """With exporter="prometheus" traces leave only through an injected span_exporter."""
-    assert build_span_exporter("prometheus") is None
+    plan = signal_plan("traces", "prometheus")
+    assert (plan.prometheus_address, plan.destination()) == (
+        None,
+        "nowhere (Prometheus serves metrics only)",
+    )
+    assert build_span_exporter(plan) is None
 
 
 def test_missing_prometheus_exporter_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,10 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lens_children import run_child
 
-from nemo.lens import SpanGroup, SpanRegistry, set_enabled_span_groups
+from nemo.lens import (
+    NemoLensConfig,
+    SpanGroup,
+    SpanRegistry,
+    set_enabled_span_groups,
+    setup_telemetry,
+)
 from nemo.lens.groups import strict_resolver_for
 from nemo.lens.state import enabled_span_groups, pending_span_groups, set_span_group_spec
-from nemo.lens.testing import reset_span_state
+from nemo.lens.testing import isolated_telemetry, reset_span_state
 
 BASE = {
     "job",
@@ -138,9 +144,10 @@ except ValueError as exc:
 
 
 def span_groups_free_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Drop every inherited `*_SPAN_GROUPS` and lens prefix variable for a child to start clean."""
+    """Drop every inherited `*_SPAN_GROUPS`, lens prefix and OTel variable to start clean."""
+    prefixes = ("NEMO_LENS_", "NEMO_RL_OTEL_", "MY_OTEL_", "OTEL_")
     for name in list(os.environ):
-        if name.endswith("_SPAN_GROUPS") or name.startswith(("NEMO_LENS_", "NEMO_RL_OTEL_")):
+        if name.endswith("_SPAN_GROUPS") or name.startswith(prefixes):
             monkeypatch.delenv(name)
 
 
@@ -194,6 +201,42 @@ def test_strict_error_for_a_spec_set_in_code_names_no_variable(
     assert run.stdout.strip() == (
         f"Unknown span group or preset: 'optimiser'. Valid options: {valid}"
     )
+
+
+def test_strict_error_names_the_variable_from_env_read_under_the_fallback_prefix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Setup's strict error names `NEMO_LENS_SPAN_GROUPS`, the variable from_env read."""
+    span_groups_free_environment(monkeypatch)
+    monkeypatch.setenv("MY_OTEL_ENABLED", "true")
+    monkeypatch.setenv("NEMO_LENS_SPAN_GROUPS", "per_stp")
+    config = NemoLensConfig.from_env(prefix="MY_OTEL", fallback_prefix="NEMO_LENS")
+    with isolated_telemetry(), pytest.raises(ValueError) as info:
+        setup_telemetry(config)
+    valid = sorted(BASE | {"default", "per_step", "all"})
+    assert str(info.value) == (
+        f"Unknown span group or preset: 'per_stp'. Valid options: {valid} (span_groups comes "
+        "from the environment variable NEMO_LENS_SPAN_GROUPS='per_stp')"
+    )
+
+
+def test_strict_error_for_a_spec_set_in_code_ignores_a_variable_listing_the_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spec assigned in code names no variable, though some `*_SPAN_GROUPS` lists its token."""
+    span_groups_free_environment(monkeypatch)
+    monkeypatch.setenv("MY_OTEL_ENABLED", "true")
+    monkeypatch.setenv("NEMO_LENS_SPAN_GROUPS", "default")
+    monkeypatch.setenv("OTHER_JOB_SPAN_GROUPS", "per_stp")  # read by nobody here
+    config = NemoLensConfig.from_env(prefix="MY_OTEL", fallback_prefix="NEMO_LENS")
+    config.span_groups = "per_stp"
+    with isolated_telemetry(), pytest.raises(ValueError) as info:
+        setup_telemetry(config)
+    valid = sorted(BASE | {"default", "per_step", "all"})
+    assert str(info.value) == f"Unknown span group or preset: 'per_stp'. Valid options: {valid}"
+    with pytest.raises(ValueError) as direct:
+        SpanGroup.resolve("per_stp")  # called directly, the spec has no origin either
+    assert str(direct.value) == str(info.value)
 
 
 def test_resolve_refuses_a_non_string_spec() -> None:

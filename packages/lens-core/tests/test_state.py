@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from lens_children import run_child
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import nemo.lens
 from nemo.lens import SpanRegistry, state
@@ -28,7 +30,7 @@ from nemo.lens.state import (
     set_pp_trace_carrier,
     set_span_group_spec,
 )
-from nemo.lens.testing import reset_span_state
+from nemo.lens.testing import isolated_telemetry, reset_span_state
 
 LENS_SRC = Path(state.__file__).parent
 
@@ -161,18 +163,25 @@ def test_typo_warns_naming_it_and_what_is_registered(caplog: pytest.LogCaptureFi
 
 CHILD_TIMEOUT_S = 60
 
-# RL3's shape: groups registered at import, the spec from the environment, warnings shown.
+# RL3's shape: groups registered at import, the spec from the environment, setup, warnings
+# shown; "unregister" then empties the registry, which re-resolves the stored spec.
 LENIENT_CHILD = """\
 import logging, sys
 logging.basicConfig(stream=sys.stdout, format="%(name)s: %(message)s")
-from nemo.lens import NemoLensConfig, SpanRegistry
-from nemo.lens.state import set_span_group_spec
-if sys.argv[1] == "registered":
-    SpanRegistry.register("nemo_rl", ["rollout", "training"])
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from nemo.lens import NemoLensConfig, SpanRegistry, setup_telemetry
+SpanRegistry.register("nemo_rl", ["rollout", "training"])
 config = NemoLensConfig.from_env(prefix="NEMO_RL_OTEL", fallback_prefix="NEMO_LENS")
+config.enabled = True
 if len(sys.argv) > 2:
     config.span_groups = sys.argv[2]
-set_span_group_spec(config.span_groups)
+handle = setup_telemetry(
+    config, span_exporter=InMemorySpanExporter(), metric_reader=InMemoryMetricReader()
+)
+if sys.argv[1] == "unregister":
+    SpanRegistry.unregister("nemo_rl")
+handle.shutdown()
 """
 
 
@@ -191,7 +200,7 @@ def test_unknown_token_warning_names_the_environment_variable(
 ) -> None:
     """A typo read from `NEMO_RL_OTEL_SPAN_GROUPS` is warned about with that variable named."""
     stdout = run_lenient_child(
-        monkeypatch, {"NEMO_RL_OTEL_SPAN_GROUPS": "per_stp,training"}, "registered"
+        monkeypatch, {"NEMO_RL_OTEL_SPAN_GROUPS": "per_stp,training"}, "keep"
     )
     (line,) = stdout.splitlines()
     assert line.startswith("nemo.lens.state: span_groups 'per_stp,training' names unknown")
@@ -204,8 +213,8 @@ def test_unknown_token_warning_names_the_environment_variable(
 def test_empty_registry_warning_names_the_environment_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With nothing registered, the warning names `NEMO_LENS_SPAN_GROUPS`, the one that was read."""
-    stdout = run_lenient_child(monkeypatch, {"NEMO_LENS_SPAN_GROUPS": "rollout"}, "empty")
+    """Once nothing is registered, the warning names `NEMO_LENS_SPAN_GROUPS`, the one read."""
+    stdout = run_lenient_child(monkeypatch, {"NEMO_LENS_SPAN_GROUPS": "rollout"}, "unregister")
     (line,) = stdout.splitlines()
     assert "no namespace has registered groups" in line
     assert line.endswith(
@@ -218,12 +227,68 @@ def test_warning_for_a_spec_set_in_code_names_no_variable(
 ) -> None:
     """A spec assigned in code over the environment's valid one names no variable."""
     stdout = run_lenient_child(
-        monkeypatch, {"NEMO_RL_OTEL_SPAN_GROUPS": "training"}, "registered", "trainin"
+        monkeypatch, {"NEMO_RL_OTEL_SPAN_GROUPS": "training"}, "keep", "trainin"
     )
     (line,) = stdout.splitlines()
     assert "span_groups 'trainin' names unknown span groups or presets ['trainin']" in line
     assert "environment variable" not in line
     assert line.endswith("namespaces: ['nemo_rl']")
+
+
+def lenient_setup_warnings(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    environ: dict[str, str],
+    in_code: str | None = None,
+) -> list[str]:
+    """Register a namespace, set up from `from_env(MY_OTEL, NEMO_LENS)` (its spec replaced
+    by `in_code` when given) and return the state warnings setup's lenient path logged."""
+    for name in list(os.environ):
+        if name.endswith("_SPAN_GROUPS") or name.startswith(("NEMO_LENS_", "MY_OTEL_", "OTEL_")):
+            monkeypatch.delenv(name)
+    for name, value in {"MY_OTEL_ENABLED": "true", **environ}.items():
+        monkeypatch.setenv(name, value)
+    SpanRegistry.register("nemo_rl", ["rollout", "training"])
+    config = nemo.lens.NemoLensConfig.from_env(prefix="MY_OTEL", fallback_prefix="NEMO_LENS")
+    if in_code is not None:
+        config.span_groups = in_code
+    with (
+        isolated_telemetry(),
+        caplog.at_level(logging.WARNING, logger="nemo.lens.state"),
+    ):
+        handle = nemo.lens.setup_telemetry(
+            config, span_exporter=InMemorySpanExporter(), metric_reader=InMemoryMetricReader()
+        )
+        handle.shutdown()
+    return state_warnings(caplog)
+
+
+def test_setup_pending_warning_names_the_variable_from_env_read(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Setup's lenient warning names `NEMO_LENS_SPAN_GROUPS`, read under the fallback prefix."""
+    (message,) = lenient_setup_warnings(
+        monkeypatch, caplog, {"NEMO_LENS_SPAN_GROUPS": "per_stp,training"}
+    )
+    assert message.startswith("span_groups 'per_stp,training' names unknown")
+    assert message.endswith(
+        "(span_groups comes from the environment variable NEMO_LENS_SPAN_GROUPS='per_stp,training')"
+    )
+
+
+def test_setup_pending_warning_for_a_spec_set_in_code_ignores_a_variable_listing_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A spec assigned in code names no variable, though some `*_SPAN_GROUPS` lists its token."""
+    (message,) = lenient_setup_warnings(
+        monkeypatch,
+        caplog,
+        {"NEMO_LENS_SPAN_GROUPS": "training", "OTHER_JOB_SPAN_GROUPS": "per_stp"},
+        in_code="per_stp,training",
+    )
+    assert "names unknown span groups or presets ['per_stp']" in message
+    assert "environment variable" not in message
+    assert message.endswith("namespaces: ['nemo_rl']")
 
 
 def test_same_situation_never_warns_twice(caplog: pytest.LogCaptureFixture) -> None:

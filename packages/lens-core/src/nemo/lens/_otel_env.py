@@ -92,6 +92,33 @@ def _read(environ: Mapping[str, str] | None, name: str) -> str:
     return env.get(name, "").strip()
 
 
+def _read_int(
+    environ: Mapping[str, str] | None,
+    name: str,
+    default: int,
+    *,
+    minimum: int,
+    maximum: int | None = None,
+    accepted: str,
+) -> tuple[int, bool]:
+    """`name` as an int in [`minimum`, `maximum`] and True, or `default` and False when it
+    is unset or blank.
+
+    Raises:
+        ValueError: Anything else; the message names the variable and says `accepted`.
+    """
+    raw = _read(environ, name)
+    if not raw:
+        return default, False
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum or (maximum is not None and value > maximum):
+        raise LensValueError(f"Invalid value for {name}: {raw!r}; expected {accepted}")
+    return value, True
+
+
 def otlp_protocol(signal: str, environ: Mapping[str, str] | None = None) -> str:
     """The OTLP protocol for `signal`, as the SDK spells it (lower-cased).
 
@@ -366,18 +393,13 @@ def metric_export_interval_ms(environ: Mapping[str, str] | None = None) -> int:
     Raises:
         ValueError: The value is not a positive integer.
     """
-    raw = _read(environ, "OTEL_METRIC_EXPORT_INTERVAL")
-    if not raw:
-        return DEFAULT_METRIC_EXPORT_INTERVAL_MS
-    try:
-        interval = int(raw)
-    except ValueError:
-        interval = 0
-    if interval <= 0:
-        raise LensValueError(
-            f"Invalid value for OTEL_METRIC_EXPORT_INTERVAL: {raw!r}; expected a positive "
-            "integer number of milliseconds, e.g. 10000"
-        )
+    interval, _ = _read_int(
+        environ,
+        "OTEL_METRIC_EXPORT_INTERVAL",
+        DEFAULT_METRIC_EXPORT_INTERVAL_MS,
+        minimum=1,
+        accepted="a positive integer number of milliseconds, e.g. 10000",
+    )
     return interval
 
 
@@ -411,18 +433,14 @@ def prometheus_address(environ: Mapping[str, str] | None = None) -> tuple[str, i
         ValueError: The port is not an integer in [0, 65535].
     """
     host = _read(environ, "OTEL_EXPORTER_PROMETHEUS_HOST") or DEFAULT_PROMETHEUS_HOST
-    raw = _read(environ, "OTEL_EXPORTER_PROMETHEUS_PORT")
-    if not raw:
-        return host, DEFAULT_PROMETHEUS_PORT
-    try:
-        port = int(raw)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise LensValueError(
-            f"Invalid value for OTEL_EXPORTER_PROMETHEUS_PORT: {raw!r}; expected an integer "
-            f"port in [0, 65535] (default {DEFAULT_PROMETHEUS_PORT})"
-        )
+    port, _ = _read_int(
+        environ,
+        "OTEL_EXPORTER_PROMETHEUS_PORT",
+        DEFAULT_PROMETHEUS_PORT,
+        minimum=0,
+        maximum=65535,
+        accepted=f"an integer port in [0, 65535] (default {DEFAULT_PROMETHEUS_PORT})",
+    )
     return host, port
 
 
@@ -432,18 +450,13 @@ def local_rank(environ: Mapping[str, str] | None = None) -> int:
     Raises:
         ValueError: The value is not an integer >= 0.
     """
-    raw = _read(environ, "LOCAL_RANK")
-    if not raw:
-        return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise LensValueError(
-            f"Invalid value for LOCAL_RANK: {raw!r}; expected an integer >= 0 (the process's "
-            "rank on its node, as torchrun and SLURM set it)"
-        )
+    value, _ = _read_int(
+        environ,
+        "LOCAL_RANK",
+        0,
+        minimum=0,
+        accepted="an integer >= 0 (the process's rank on its node, as torchrun and SLURM set it)",
+    )
     return value
 
 
@@ -602,19 +615,14 @@ def _bsp_integer(
     environ: Mapping[str, str] | None, name: str, default: int, *, minimum: int
 ) -> tuple[int, bool]:
     """`name` as an integer >= `minimum`, and whether it was set; else `default`."""
-    raw = _read(environ, name)
-    if not raw:
-        return default, False
-    try:
-        value = int(raw)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        accepted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise LensValueError(
-            f"Invalid value for {name}: {raw!r}; expected {accepted} (lens's default is {default})"
-        )
-    return value, True
+    accepted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    return _read_int(
+        environ,
+        name,
+        default,
+        minimum=minimum,
+        accepted=f"{accepted} (lens's default is {default})",
+    )
 
 
 def batch_span_settings(environ: Mapping[str, str] | None = None) -> BatchSpanSettings:

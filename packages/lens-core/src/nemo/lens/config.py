@@ -87,12 +87,20 @@ class NemoLensConfig:
     def __post_init__(self) -> None:
         check_sample_rate(self.export_sample_rate, "NemoLensConfig.export_sample_rate")
 
+    def _env_source(self, name: str) -> tuple[str, Any] | None:
+        """`(variable, value)` `from_env` read field `name` from, while the field still
+        holds that value; None for a field it did not read or code assigned since."""
+        source = self._env_sources.get(name)
+        if source is not None and getattr(self, name) == source[1]:
+            return source
+        return None
+
     def _label(self, name: str) -> str:
         """How a message names field `name`: `NemoLensConfig.exporter`, followed by
         `read from MY_OTEL_EXPORTER` while the field holds what `from_env` read there."""
-        variable, value = self._env_sources.get(name, ("", None))
-        if variable and getattr(self, name) == value:
-            return f"NemoLensConfig.{name} read from {variable}"
+        source = self._env_source(name)
+        if source is not None:
+            return f"NemoLensConfig.{name} read from {source[0]}"
         return f"NemoLensConfig.{name}"
 
     @property
@@ -104,14 +112,15 @@ class NemoLensConfig:
         `SpanGroup` resolves strictly.
 
         Raises:
-            ValueError: A strict resolver does not know a part of `span_groups`.
+            ValueError: A strict resolver does not know a part of `span_groups`; the message
+                names the variable `from_env` read it from, while the field holds that value.
         """
-        from nemo.lens.groups import SpanRegistry, strict_resolver_for
+        from nemo.lens.groups import SpanRegistry, resolve_configured, strict_resolver_for
 
         strict = strict_resolver_for(self._span_group_cls)
         if strict is None:
             return SpanRegistry.resolve(self.span_groups)[0]
-        return strict.resolve(self.span_groups)
+        return resolve_configured(strict, self.span_groups, self._env_source("span_groups"))
 
     @classmethod
     def from_env(

@@ -4,21 +4,22 @@ Two resolvers coexist because two consumer generations do:
 
 - `SpanGroup` is strict and subclassable. A framework subclasses it with its own
   `ALL_GROUPS` and `extra_presets()`, and a typo in the spec fails setup with a clear error
-  (naming the environment variable the spec came from, when it did).
+  (naming the environment variable `NemoLensConfig.from_env` read the spec from, when it did).
 - `SpanRegistry` is namespaced and lenient. Frameworks register their groups at import, and
   a spec token nobody registered yet is kept pending instead of failing, so a library that
   registers late still gets its spans.
 
-`strict_resolver_for` holds the rule that picks between them for a configuration.
+Both walk a spec with the one token loop `_resolve_tokens`. `strict_resolver_for` holds the
+rule that picks between them for a configuration.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final, NoReturn, TypeAlias
 
 from nemo.lens._fork_hooks import hold_lock_across_fork
 from nemo.lens._warn_once import WarnOnce
@@ -33,9 +34,46 @@ _logger = logging.getLogger(__name__)
 ALL_PRESET: Final = "all"
 
 
+#: Where `NemoLensConfig.from_env` read a span-group spec: `(variable, value)`, as
+#: `NemoLensConfig._env_source("span_groups")` gives it; None for a spec set in code.
+SpecSource: TypeAlias = tuple[str, Any] | None
+
+
 def _spec_tokens(spec: str) -> list[str]:
     """Split a comma list into stripped, lower-cased, non-empty tokens."""
     return [token for token in (part.strip().lower() for part in spec.split(",")) if token]
+
+
+def _resolve_tokens(
+    spec: str,
+    presets: Mapping[str, frozenset[str]],
+    groups: frozenset[str],
+    unknown: Callable[[str], None],
+) -> frozenset[str]:
+    """The one token loop of both resolvers: the groups `spec` enables.
+
+    Each token is looked up as a preset first (adding its members), then as a group; any
+    other token goes to `unknown`, which raises (strict) or collects it (lenient).
+    """
+    enabled: set[str] = set()
+    for token in _spec_tokens(spec):
+        members = presets.get(token)
+        if members is not None:
+            enabled.update(members)
+        elif token in groups:
+            enabled.add(token)
+        else:
+            unknown(token)
+    return frozenset(enabled)
+
+
+def source_note(source: SpecSource) -> str:
+    """How an error or warning names where its spec came from: `""` for a spec set in code,
+    else `" (span_groups comes from the environment variable X='...')"`."""
+    if source is None:
+        return ""
+    variable, value = source
+    return f" (span_groups comes from the environment variable {variable}={value!r})"
 
 
 class SpanGroup:
@@ -140,27 +178,7 @@ class SpanGroup:
                 it and lists every valid option.
             TypeError: `spec` is not a string.
         """
-        if not isinstance(spec, str):
-            raise LensTypeError(
-                f"{cls.__name__}.resolve: spec must be a comma-separated string of span "
-                f"groups or presets, got {type(spec).__name__} ({spec!r})"
-            )
-        presets = cls._PRESETS
-        known = cls.ALL_GROUPS
-        enabled: set[str] = set()
-        for token in _spec_tokens(spec):
-            members = presets.get(token)
-            if members is not None:
-                enabled.update(members)
-            elif token in known:
-                enabled.add(token)
-            else:
-                valid = sorted(known | presets.keys())
-                raise LensValueError(
-                    f"Unknown span group or preset: '{token}'. Valid options: {valid}"
-                    f"{spec_source([token])}"
-                )
-        return frozenset(enabled)
+        return _resolve_strictly(cls, spec, None)
 
 
 class SpanRegistry:
@@ -308,17 +326,9 @@ class SpanRegistry:
         with cls._lock:
             live = cls._live_groups()
             presets = cls._merged_presets(live)
-        enabled: set[str] = set()
         pending: set[str] = set()
-        for token in _spec_tokens(spec):
-            members = presets.get(token)
-            if members is not None:
-                enabled.update(members)
-            elif token in live:
-                enabled.add(token)
-            else:
-                pending.add(token)
-        return frozenset(enabled), frozenset(pending)
+        enabled = _resolve_tokens(spec, presets, live, pending.add)
+        return enabled, frozenset(pending)
 
     # Callers hold `_lock`.
     @classmethod
@@ -333,6 +343,36 @@ class SpanRegistry:
                 merged[preset] = merged.get(preset, frozenset()) | (members & live)
         merged[ALL_PRESET] = live
         return merged
+
+
+def _resolve_strictly(cls: type[SpanGroup], spec: str, source: SpecSource) -> frozenset[str]:
+    """`SpanGroup.resolve` on `cls`'s tables; an unknown token's error also names `source`."""
+    if not isinstance(spec, str):
+        raise LensTypeError(
+            f"{cls.__name__}.resolve: spec must be a comma-separated string of span "
+            f"groups or presets, got {type(spec).__name__} ({spec!r})"
+        )
+    presets = cls._PRESETS
+    known = cls.ALL_GROUPS
+
+    def refuse(token: str) -> NoReturn:
+        valid = sorted(known | presets.keys())
+        raise LensValueError(
+            f"Unknown span group or preset: '{token}'. Valid options: {valid}{source_note(source)}"
+        )
+
+    return _resolve_tokens(spec, presets, known, refuse)
+
+
+def resolve_configured(cls: type[SpanGroup], spec: str, source: SpecSource) -> frozenset[str]:
+    """Resolve a configuration's spec strictly, as `cls.resolve(spec)` does (setup and
+    `NemoLensConfig.resolved_span_groups` call it); an unknown token's error names `source`.
+
+    A subclass that overrides `resolve` keeps it: that method is called, and names nothing.
+    """
+    if inspect.getattr_static(cls, "resolve") is not inspect.getattr_static(SpanGroup, "resolve"):
+        return cls.resolve(spec)
+    return _resolve_strictly(cls, spec, source)
 
 
 def _subclass_presets(cls: type[SpanGroup]) -> dict[str, frozenset[str]]:
@@ -378,35 +418,6 @@ def _subclass_presets(cls: type[SpanGroup]) -> dict[str, frozenset[str]]:
             )
         presets[name] = members
     return presets
-
-
-#: The key `NemoLensConfig.from_env` reads span groups from, after `<PREFIX>_`.
-_SPEC_ENV_SUFFIX: Final = "_SPAN_GROUPS"
-
-
-def spec_source(tokens: Iterable[str]) -> str:
-    """Where a span-group spec holding `tokens` came from, for an error or warning.
-
-    A spec does not know its origin, so this names each `<PREFIX>_SPAN_GROUPS`
-    environment variable (the key `NemoLensConfig.from_env` reads) whose value lists one
-    of `tokens`, as `" (span_groups comes from the environment variable X='...')"`. It
-    returns `""` when none does: the spec was set in code, and the message says enough.
-    Only error and warning paths call it; it never raises.
-    """
-    try:
-        wanted = set(tokens)
-        variables = sorted(
-            (name, value)
-            for name, value in os.environ.items()
-            if name.endswith(_SPEC_ENV_SUFFIX) and wanted.intersection(_spec_tokens(value))
-        )
-    except Exception:  # the message goes out without it
-        return ""
-    if not variables:
-        return ""
-    listed = ", ".join(f"{name}={value!r}" for name, value in variables)
-    plural = "s" if len(variables) > 1 else ""
-    return f" (span_groups comes from the environment variable{plural} {listed})"
 
 
 def strict_resolver_for(span_group_cls: type[SpanGroup] | None) -> type[SpanGroup] | None:

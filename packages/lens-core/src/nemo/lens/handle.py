@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import metrics, trace
 
 from nemo.lens import _fork_hooks, _inheritance, _otel_env, _otel_internals, _shutdown, state
+from nemo.lens._export_plan import ExportPlan, build_export_plan
 from nemo.lens._otel_internals import ProxyMeterProvider
 from nemo.lens.config import NemoLensConfig, check_cardinality_limit, check_console_path
 from nemo.lens.errors import LensTypeError, LensValueError
-from nemo.lens.groups import SpanGroup, strict_resolver_for
+from nemo.lens.groups import SpanGroup, resolve_configured, strict_resolver_for
 from nemo.lens.propagation import install_w3c_propagator
 from nemo.lens.strategies import ExportStrategy, exports_once_per_node, get_export_strategy
 from nemo.lens.version import __version__
@@ -285,44 +286,36 @@ def setup_telemetry(
             1 if checked_world_size is None else checked_world_size,
         )
         strict_groups: frozenset[str] | None = None
+        plan: ExportPlan | None = None
         disabled_by_env = False
         if config.enabled:
-            _otel_env.check_exporter_name(config.exporter, config._label("exporter"))
             check_console_path(config.console_path, config._label("console_path"))
             check_cardinality_limit(
                 config.metric_cardinality_limit, config._label("metric_cardinality_limit")
             )
-            # Every signal's exporter variable is checked, on every rank, before anything.
-            exporters = {
-                signal: _otel_env.signal_exporter(
-                    signal, config.exporter, label=config._label("exporter")
-                )
-                for signal in ("traces", "metrics", "logs")
-            }
+            # Built on every rank, before anything: building it checks every setting.
+            injected = {"traces": span_exporter, "metrics": metric_reader}
+            plan = build_export_plan(
+                config,
+                one_exporter_per_node=exports_once_per_node(
+                    config.export_strategy, custom=export_strategy is not None
+                ),
+                injected=frozenset(s for s, given in injected.items() if given is not None),
+            )
             strict_groups = _strict_span_groups(config)
-            if (
-                config.metrics_enabled
-                and metric_reader is None
-                and exporters["metrics"] not in ("prometheus", "none")
-            ):
-                _otel_env.metric_export_interval_ms()
-            if config.traces_enabled:
-                _otel_env.batch_span_settings()
             disabled_by_env = _sdk_disabled_by_env(selected)
-        if not (config.enabled and selected) or disabled_by_env:
+        if plan is None or not selected or disabled_by_env:
             handle = _no_op_setup()
         else:
             handle = _exporting_setup(
                 config,
+                plan,
                 strict_groups,
                 rank=checked_rank,
                 world_size=checked_world_size,
                 resource_attributes=resource_attributes,
                 span_exporter=span_exporter,
                 metric_reader=metric_reader,
-                one_exporter_per_node=exports_once_per_node(
-                    config.export_strategy, custom=export_strategy is not None
-                ),
             )
         if config.enabled:
             _INITIALIZED = True
@@ -418,7 +411,9 @@ def _strict_span_groups(config: NemoLensConfig) -> frozenset[str] | None:
             f"{span_group_cls!r}"
         )
     strict = strict_resolver_for(span_group_cls)
-    return None if strict is None else strict.resolve(config.span_groups)
+    if strict is None:
+        return None
+    return resolve_configured(strict, config.span_groups, config._env_source("span_groups"))
 
 
 def _no_op_setup() -> TelemetryHandle:
@@ -445,6 +440,7 @@ def _no_op_setup() -> TelemetryHandle:
 
 def _exporting_setup(
     config: NemoLensConfig,
+    plan: ExportPlan,
     strict_groups: frozenset[str] | None,
     *,
     rank: int | None,
@@ -452,20 +448,19 @@ def _exporting_setup(
     resource_attributes: Mapping[str, AttributeValue] | None,
     span_exporter: SpanExporter | None,
     metric_reader: MetricReader | None,
-    one_exporter_per_node: bool,
 ) -> TelemetryHandle:
     # The SDK is imported only now, by the one setup that builds SDK objects.
     from nemo.lens._sdk._pipeline import build_pipeline
 
     pipeline = build_pipeline(
         config,
+        plan,
         rank=rank,
         world_size=world_size,
         resource_attributes=resource_attributes,
         span_exporter=span_exporter,
         metric_reader=metric_reader,
         instrumentation_scope=INSTRUMENTATION_SCOPE,
-        one_exporter_per_node=one_exporter_per_node,
     )
     _forget_finished_globals()
     if pipeline.tracer_provider is not None:
@@ -486,7 +481,7 @@ def _exporting_setup(
         _install_logger_provider(pipeline.logger_provider)
     install_w3c_propagator()
     if strict_groups is None:
-        state.set_span_group_spec(config.span_groups)
+        state.set_configured_span_group_spec(config.span_groups, config._env_source("span_groups"))
     else:
         state.set_enabled_span_groups(strict_groups)
     handle = TelemetryHandle(tracer, meter, is_exporting=True)

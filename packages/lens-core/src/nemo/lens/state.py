@@ -4,7 +4,8 @@ The enabled groups are one immutable frozenset, rebound on every write, so a rea
 single membership test and takes no lock. Writers take one lock. The set is either pinned
 (`set_enabled_span_groups`, the strict path) or derived from a stored spec that is
 re-resolved against `SpanRegistry` whenever the registry changes (`set_span_group_spec`,
-the lenient path).
+the lenient path; setup stores the spec with where `from_env` read it, so that its
+warnings name that variable).
 
 This module imports nothing from OpenTelemetry.
 """
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from nemo.lens._fork_hooks import hold_lock_across_fork
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.errors import LensTypeError
-from nemo.lens.groups import SpanRegistry, on_registry_change, spec_source
+from nemo.lens.groups import SpanRegistry, SpecSource, on_registry_change, source_note
 
 __all__ = [
     "enabled_span_groups",
@@ -37,8 +38,9 @@ _logger = logging.getLogger(__name__)
 # Rebound, never mutated: readers see either the old set or the new one.
 _enabled: frozenset[str] = frozenset()
 _pending: frozenset[str] = frozenset()
-# The lenient spec last stored; None while the set is pinned.
+# The lenient spec last stored, None while the set is pinned; and where it was read.
 _spec: str | None = None
+_spec_source: SpecSource = None
 # Situations already warned about since the set was last pinned.
 _warnings = WarnOnce(_logger, "span_groups resolution")
 _pp_trace_carrier: dict[str, str] | None = None
@@ -65,12 +67,13 @@ def set_enabled_span_groups(groups: frozenset[str]) -> None:
     Raises:
         TypeError: `groups` is a bare string or not iterable.
     """
-    global _enabled, _pending, _spec
+    global _enabled, _pending, _spec, _spec_source
     pinned = _as_frozenset(groups)
     with _lock:
         _enabled = pinned
         _pending = frozenset()
         _spec = None
+        _spec_source = None
         _warnings.clear()
 
 
@@ -82,7 +85,13 @@ def set_span_group_spec(spec: str) -> None:
     the spec selects nothing, naming the bad tokens and what is registered; the same
     situation is never warned twice, and a valid spec never warns.
     """
-    global _spec
+    set_configured_span_group_spec(spec, None)
+
+
+def set_configured_span_group_spec(spec: str, source: SpecSource) -> None:
+    """`set_span_group_spec` for setup: its warnings, now and on every re-resolution, also
+    name `source`, the variable `NemoLensConfig.from_env` read `spec` from."""
+    global _spec, _spec_source
     if not isinstance(spec, str):
         _logger.warning(  # type: ignore[unreachable]  # callers ignoring hints
             "set_span_group_spec: spec must be a comma-separated string, got %s (%r); "
@@ -91,9 +100,10 @@ def set_span_group_spec(spec: str) -> None:
             spec,
         )
         spec = ""
+        source = None
     with _lock:
-        _spec = spec
-        message = _resolve_stored_spec(spec)
+        _spec, _spec_source = spec, source
+        message = _resolve_stored_spec(spec, source)
     if message is not None:
         _logger.warning(*message)
 
@@ -103,7 +113,7 @@ def refresh_enabled_span_groups() -> None:
     with _lock:
         if _spec is None:
             return
-        message = _resolve_stored_spec(_spec)
+        message = _resolve_stored_spec(_spec, _spec_source)
     if message is not None:
         _logger.warning(*message)
 
@@ -130,8 +140,9 @@ def get_pp_trace_carrier() -> dict[str, str] | None:
     return _pp_trace_carrier
 
 
-def _resolve_stored_spec(spec: str) -> tuple[object, ...] | None:
-    """Resolve the stored `spec` (the caller holds `_lock`); return a warning that is due."""
+def _resolve_stored_spec(spec: str, source: SpecSource) -> tuple[object, ...] | None:
+    """Resolve the stored `spec` (the caller holds `_lock`); return a warning that is due,
+    naming `source`."""
     global _enabled, _pending
     enabled, pending = SpanRegistry.resolve(spec)
     _enabled, _pending = enabled, pending
@@ -146,7 +157,7 @@ def _resolve_stored_spec(spec: str) -> tuple[object, ...] | None:
             "SpanRegistry yet (unknown tokens: %s). They stay pending until one registers.%s",
             spec,
             sorted(pending),
-            spec_source(pending),
+            source_note(source),
         )
     elif pending:
         situation = ("unknown tokens", pending)
@@ -160,7 +171,7 @@ def _resolve_stored_spec(spec: str) -> tuple[object, ...] | None:
             sorted(SpanRegistry.groups()),
             sorted(SpanRegistry.presets()),
             namespaces,
-            spec_source(pending),
+            source_note(source),
         )
     elif not enabled:
         situation = ("nothing selected", frozenset())

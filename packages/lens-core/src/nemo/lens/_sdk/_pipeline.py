@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     from opentelemetry.util.types import AttributeValue
 
+    from nemo.lens._export_plan import ExportPlan, SignalPlan
+
 
 _logger = logging.getLogger(__name__)
 
@@ -276,6 +278,7 @@ def _ignore_budget(action: Callable[[], object]) -> Callable[[int], object]:
 
 def build_pipeline(
     config: NemoLensConfig,
+    plan: ExportPlan,
     *,
     rank: int | None,
     world_size: int | None,
@@ -283,22 +286,19 @@ def build_pipeline(
     span_exporter: SpanExporter | None,
     metric_reader: MetricReader | None,
     instrumentation_scope: str,
-    one_exporter_per_node: bool = True,
 ) -> Pipeline:
-    """Build the resource and the SDK providers `config` asks for.
+    """Build the resource and the SDK providers for each signal `plan` exports.
 
+    `plan` (built and checked by `setup_telemetry`) says each signal's exporter and its
+    settings; a signal without a plan gets no provider. `span_exporter` and
+    `metric_reader`, when given, are the plan's injected exporters.
     `instrumentation_scope` names the meter lens's own counter (`nemo.lens.spans.dropped`)
-    is created on, with lens's version. Each signal's exporter is
-    `OTEL_<SIGNAL>_EXPORTER` when set (`none` builds nothing for it), else
-    `config.exporter`. `one_exporter_per_node` is False when the export strategy may let
-    several ranks of a node export: a Prometheus endpoint then serves on the base port
-    plus `LOCAL_RANK`.
+    is created on, with lens's version.
 
     Raises:
-        ImportError: The SDK, or the exporter `config.exporter` needs, is not installed.
-        ValueError: `OTEL_METRIC_EXPORT_INTERVAL`, an `OTEL_BSP_*` variable or the
-            Prometheus port is malformed.
+        ImportError: The SDK, or the exporter the plan names, is not installed.
         OSError: The Prometheus endpoint cannot bind its address.
+        ValueError: The console file cannot be opened.
     """
     try:
         from opentelemetry.sdk.metrics import MeterProvider
@@ -311,10 +311,6 @@ def build_pipeline(
         ) from exc
 
     owner_pid = os.getpid()
-    exporters = {
-        signal: _otel_env.signal_exporter(signal, config.exporter, label=config._label("exporter"))
-        for signal in ("traces", "metrics", "logs")
-    }
     service_name = config.service_name
     if is_default_service_name(service_name):
         service_name = _otel_env.environment_service_name() or service_name
@@ -330,32 +326,14 @@ def build_pipeline(
         forked_child=_inheritance.inherited_a_pipeline(),
     )
     resource = build_resource(attributes)
-    # A signal whose exporter variable says `none` is off, unless the caller handed
-    # setup its own exporter or reader for it.
-    traces_on = config.traces_enabled and (
-        span_exporter is not None or exporters["traces"] != "none"
-    )
-    metrics_on = config.metrics_enabled and (
-        metric_reader is not None or exporters["metrics"] != "none"
-    )
-    logs_on = config.logs_enabled and exporters["logs"] != "none"
-    batch_settings = _otel_env.batch_span_settings() if traces_on else None
+    _exporters.log_plan_findings(plan)
     pipeline = Pipeline(tracer_provider=None, meter_provider=None)
     try:
-        if metrics_on:
+        metrics_plan = plan.get("metrics")
+        if metrics_plan is not None:
             reader = metric_reader
             if reader is None:
-                metrics_exporter = exporters["metrics"]
-                reader = _exporters.build_metric_reader(
-                    metrics_exporter,
-                    0
-                    if metrics_exporter == "prometheus"
-                    else _otel_env.metric_export_interval_ms(),
-                    pipeline.on_shutdown,
-                    console_path=config.console_path,
-                    console_label=config._label("console_path"),
-                    one_exporter_per_node=one_exporter_per_node,
-                )
+                reader = _exporters.build_metric_reader(metrics_plan, pipeline.on_shutdown)
             pipeline.meter_provider = MeterProvider(
                 resource=resource,
                 metric_readers=[reader],
@@ -365,14 +343,11 @@ def build_pipeline(
             if not isinstance(reader, PeriodicExportingMetricReader):
                 pipeline.readers_to_flush.append(reader)
             _coalescing.coalesce_recording(pipeline.meter_provider, [reader], owner_pid)
-        if traces_on:
+        traces_plan = plan.get("traces")
+        if traces_plan is not None:
             exporter = span_exporter
             if exporter is None:
-                exporter = _exporters.build_span_exporter(
-                    exporters["traces"],
-                    console_path=config.console_path,
-                    console_label=config._label("console_path"),
-                )
+                exporter = _exporters.build_span_exporter(traces_plan)
             tracer_provider = TracerProvider(
                 resource=resource,
                 id_generator=build_id_generator(),
@@ -384,8 +359,8 @@ def build_pipeline(
             # Before the batch processor, so spans it ends at shutdown are still exported.
             pipeline.open_spans = OpenSpanTracker()
             tracer_provider.add_span_processor(build_open_span_closer(pipeline.open_spans))
-            if exporter is not None and batch_settings is not None:
-                gate = SpanQueueGate(batch_settings.max_queue_size, owner_pid)
+            if exporter is not None and traces_plan.batch is not None:
+                gate = SpanQueueGate(traces_plan.batch.max_queue_size, owner_pid)
                 if pipeline.meter_provider is not None:
                     dropped = pipeline.meter_provider.get_meter(instrumentation_scope, __version__)
                     gate.on_drop = dropped.create_counter(
@@ -397,18 +372,13 @@ def build_pipeline(
                 tracer_provider.add_span_processor(
                     build_gated_batch_processor(
                         _fork.bind_span_exporter_to_process(exporter, owner_pid),
-                        batch_settings,
+                        traces_plan.batch,
                         gate,
                     )
                 )
-        if logs_on:
-            pipeline.logger_provider = build_logger_provider(
-                exporters["logs"],
-                resource,
-                owner_pid,
-                console_path=config.console_path,
-                console_label=config._label("console_path"),
-            )
+        logs_plan = plan.get("logs")
+        if logs_plan is not None:
+            pipeline.logger_provider = build_logger_provider(logs_plan, resource, owner_pid)
     except BaseException:
         _discard(pipeline)
         raise
@@ -475,28 +445,16 @@ def build_gated_batch_processor(
     return QueueGatedSpanProcessor()
 
 
-def build_logger_provider(
-    exporter_name: str,
-    resource: Resource,
-    owner_pid: int,
-    *,
-    console_path: str = "",
-    console_label: str = "NemoLensConfig.console_path",
-) -> Any:
-    """An SDK `LoggerProvider` exporting through a batch processor, or None.
+def build_logger_provider(plan: SignalPlan, resource: Resource, owner_pid: int) -> Any:
+    """An SDK `LoggerProvider` exporting through a batch processor to `plan`'s exporter.
 
-    None when exporter `exporter_name` sends logs nowhere (see
-    `_exporters.build_log_exporter`). The batch processor reads its own `OTEL_BLRP_*`
-    settings; its exporter is bound to `owner_pid`, like the span exporter.
+    The batch processor reads its own `OTEL_BLRP_*` settings; its exporter is bound to
+    `owner_pid`, like the span exporter.
     """
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 
-    exporter = _exporters.build_log_exporter(
-        exporter_name, console_path=console_path, console_label=console_label
-    )
-    if exporter is None:
-        return None
+    exporter = _exporters.build_log_exporter(plan)
     provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_log_record_processor(
         BatchLogRecordProcessor(_fork.bind_log_exporter_to_process(exporter, owner_pid))

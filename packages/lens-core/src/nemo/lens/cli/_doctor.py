@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Final
 
-from nemo.lens import _otel_env
+from nemo.lens import _export_plan, _otel_env
+from nemo.lens._export_plan import SignalPlan
 from nemo.lens.cli._common import (
     EXIT_BAD_INPUT,
     bind_problem,
@@ -299,47 +300,55 @@ def _would_fail(report: Report, text: str, idle: str | None) -> None:
         report.note(f"{text} (no problem while {idle}; --strict fails on it)")
 
 
-def _signal_exporters(
+def _plan_signals(
     report: Report, config: Any, prefix: str, environ: Mapping[str, str]
-) -> dict[str, list[str]]:
-    """The exporter each enabled signal uses, as setup picks it: `OTEL_<SIGNAL>_EXPORTER`
-    when set (`none` turns the signal off), else `PREFIX_EXPORTER`; exporter -> signals."""
-    wanted = {
-        "traces": config.traces_enabled,
-        "metrics": config.metrics_enabled,
-        "logs": config.logs_enabled,
-    }
-    by_exporter: dict[str, list[str]] = {}
+) -> dict[str, SignalPlan]:
+    """Each exporting signal's plan, built as setup builds it (`nemo.lens._export_plan`);
+    every setting it refuses is a problem, every warning it gives a note."""
+    from nemo.lens.strategies import exports_once_per_node
+
+    if config.exporter not in _otel_env.EXPORTERS:
+        return {}  # the configuration check has failed already
     unresolved = False
-    for signal, enabled in wanted.items():
-        if not enabled:
-            continue
+    warnings: list[str] = []
+    notes: list[str] = []
+    plans: dict[str, SignalPlan] = {}
+    for signal in _export_plan.SIGNALS:
         try:
-            exporter = _otel_env.signal_exporter(
-                signal, config.exporter, environ, label=config._label("exporter")
+            # Signal by signal (setup stops at the first), so every bad one is reported.
+            exporter = _export_plan.signal_exporter(signal, config, environ)
+            plan = _export_plan.plan_signal(
+                signal,
+                exporter,
+                config,
+                environ=environ,
+                one_exporter_per_node=exports_once_per_node(config.export_strategy),
+                warnings=warnings,
+                notes=notes,
             )
         except ValueError as exc:
-            report.fail(str(exc))
+            if str(exc) not in report.problems:  # a setting all signals share: once
+                report.fail(str(exc))
             unresolved = True
             continue
-        if exporter == config.exporter:
-            if exporter in _otel_env.EXPORTERS:
-                by_exporter.setdefault(exporter, []).append(signal)
-            else:  # the exporter check has failed already
-                unresolved = True
-            continue
         variable = f"OTEL_{signal.upper()}_EXPORTER"
-        if exporter == "none":
+        if exporter == "none" and getattr(config, f"{signal}_enabled"):
             report.note(f"{variable}=none turns {signal} off")
-        else:
+        if plan is None:
+            continue
+        plans[signal] = plan
+        if exporter != config.exporter:
             report.ok(
                 f"{variable}={exporter!r} sends {signal} to {exporter}, not to "
                 f"{prefix}_EXPORTER's {config.exporter!r}"
             )
-            by_exporter.setdefault(exporter, []).append(signal)
-    if not by_exporter and not unresolved:
+        if plan.exporter != exporter:
+            report.ok(f"{signal} go to {plan.destination()}: {exporter} serves metrics only")
+    for text in (*dict.fromkeys(warnings), *notes):
+        report.note(text)
+    if not plans and not unresolved:
         report.note("no signal is exported, so no exporter package or endpoint is checked")
-    return by_exporter
+    return plans
 
 
 def _missing_distributions(exporter: str) -> list[str]:
@@ -381,40 +390,31 @@ def _check_packages(report: Report, exporters: list[str], idle: str | None) -> N
 
 
 def _check_endpoints(
-    report: Report,
-    config: Any,
-    by_exporter: Mapping[str, list[str]],
-    environ: Mapping[str, str],
-    timeout: float,
-    idle: str | None,
+    report: Report, plans: Mapping[str, SignalPlan], timeout: float, idle: str | None
 ) -> None:
-    if "console" in by_exporter:
-        where = repr(config.console_path) if config.console_path else "stdout"
+    """Probe exactly the destinations the plans name."""
+    console = [signal for signal, plan in plans.items() if plan.exporter == "console"]
+    if console:
+        path = plans[console[0]].console_path
+        where = repr(path) if path else "stdout"
         report.ok(
             f"the console exporter writes OTLP/JSON lines to {where} "
-            f"({', '.join(by_exporter['console'])}); no endpoint to reach"
+            f"({', '.join(console)}); no endpoint to reach"
         )
-    if "prometheus" in by_exporter:
-        _check_prometheus(report, config, environ, idle)
-    if "otlp" in by_exporter:
-        _check_otlp(report, by_exporter["otlp"], environ, timeout, idle)
+    for plan in plans.values():
+        if plan.prometheus_address is not None:
+            _check_prometheus(report, plan.prometheus_address, idle)
+    otlp: dict[tuple[str, str, int], list[SignalPlan]] = {}
+    for plan in plans.values():
+        if plan.otlp is not None:
+            key = (plan.otlp.transport, plan.otlp.host, plan.otlp.port)
+            otlp.setdefault(key, []).append(plan)
+    for sharing in otlp.values():
+        _check_otlp(report, sharing, timeout, idle)
 
 
-def _check_prometheus(
-    report: Report, config: Any, environ: Mapping[str, str], idle: str | None
-) -> None:
-    from nemo.lens.strategies import exports_once_per_node
-
-    # The address this process's setup would bind: + LOCAL_RANK when several ranks of a
-    # node export.
-    once_per_node = exports_once_per_node(config.export_strategy)
-    try:
-        host, port = _otel_env.prometheus_serving_address(
-            one_exporter_per_node=once_per_node, environ=environ
-        )
-    except ValueError as exc:
-        report.fail(str(exc))
-        return
+def _check_prometheus(report: Report, address: tuple[str, int], idle: str | None) -> None:
+    host, port = address
     problem = bind_problem(host, port)
     if problem is None:
         report.ok(f"prometheus can serve http://{host}:{port}/metrics (the port is free)")
@@ -427,39 +427,24 @@ def _check_prometheus(
         )
 
 
-def _check_otlp(
-    report: Report,
-    signals: list[str],
-    environ: Mapping[str, str],
-    timeout: float,
-    idle: str | None,
-) -> None:
-    try:
-        # The transport setup would really use: the protocol's, or the other one when only
-        # that one is installed (setup falls back to it), whose default port differs.
-        transports = {
-            signal: transport
-            for signal in signals
-            if (transport := _otel_env.otlp_transport_in_use(signal, environ)) is not None
-        }
-        targets = _otel_env.otlp_targets(signals, environ, transports=transports)
-    except ValueError as exc:
-        report.fail(str(exc))
-        return
-    for target in targets:
-        what = f"OTLP {target.protocol} endpoint {target.endpoint} ({', '.join(target.signals)})"
-        if target.transport != _otel_env.otlp_transports(target.signals[0], environ)[0]:
-            what += f", sent over {target.transport}: the other transport is not installed"
-        problem = connect_problem(target.host, target.port, timeout)
-        if problem is None:
-            report.ok(f"{what} accepts TCP connections")
-        else:
-            _would_fail(
-                report,
-                f"{what} is not reachable: {problem}; start a collector there or set "
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                idle,
-            )
+def _check_otlp(report: Report, plans: list[SignalPlan], timeout: float, idle: str | None) -> None:
+    """One OTLP destination the `plans` share (same transport, host and port)."""
+    target = plans[0].otlp
+    assert target is not None  # the caller groups OTLP plans only
+    signals = ", ".join(plan.signal for plan in plans)
+    what = f"OTLP {target.protocol} endpoint {target.endpoint} ({signals})"
+    if not target.protocol.startswith(target.transport):
+        what += f", sent over {target.transport}: the other transport is not installed"
+    problem = connect_problem(target.host, target.port, timeout)
+    if problem is None:
+        report.ok(f"{what} accepts TCP connections")
+    else:
+        _would_fail(
+            report,
+            f"{what} is not reachable: {problem}; start a collector there or set "
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            idle,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -472,9 +457,10 @@ def run(args: argparse.Namespace) -> int:
     config = _load_config(report, args)
     if config is not None:
         idle = _check_config(report, config, args.prefix, os.environ, args.strict)
-        by_exporter = _signal_exporters(report, config, args.prefix, os.environ)
-        _check_packages(report, list(by_exporter), idle)
-        _check_endpoints(report, config, by_exporter, os.environ, args.timeout, idle)
+        plans = _plan_signals(report, config, args.prefix, os.environ)
+        exporters = [plan.exporter for plan in plans.values()]
+        _check_packages(report, list(dict.fromkeys(exporters)), idle)
+        _check_endpoints(report, plans, args.timeout, idle)
     report.section("result")
     if report.problems:
         count = len(report.problems)

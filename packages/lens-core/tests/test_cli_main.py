@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 from importlib import metadata
@@ -132,3 +134,24 @@ def test_a_reader_that_leaves_early_is_not_a_traceback(tmp_path: Path) -> None:
         _, stderr = process.communicate(timeout=60)
     assert b"Traceback" not in stderr
     assert process.returncode == 1
+
+
+def test_main_in_process_leaves_the_environment_as_it_found_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lens demo` points its exporters at their destination through OTEL_* variables; called
+    in-process, main() puts each one back: a set one restored, an unset one removed."""
+    monkeypatch.delenv("OTEL_METRIC_EXPORT_INTERVAL", raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "9999")
+    before = dict(os.environ)
+
+    with socket.socket() as probe:  # a port nothing listens on now
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+
+    status = main(["demo", "--steps", "1", "--interval", "0", "--out", str(tmp_path / "d.jsonl")])
+    prometheus = main(["demo", "--steps", "1", "--interval", "0", "--exporter", "prometheus",
+                       "--port", port, "--out", str(tmp_path / "p.jsonl")])  # fmt: skip
+
+    assert (status, prometheus) == (0, 0)
+    assert dict(os.environ) == before

@@ -125,3 +125,29 @@ def test_install_w3c_propagator(monkeypatch: pytest.MonkeyPatch, spans: InMemory
     monkeypatch.setenv("OTEL_PROPAGATORS", "b3")
     install_w3c_propagator()
     assert propagate.get_global_textmap() is chosen
+
+
+def test_the_environment_propagator_follows_otel_propagators(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One rule for OTEL_PROPAGATORS (setup and nemo.lens.testing read it through it): unset
+    is W3C trace context plus baggage, `none` is no propagator, a name no entry point
+    provides is refused by name."""
+    from opentelemetry.propagators.composite import CompositePropagator
+
+    from nemo.lens import _otel_env, propagation
+
+    monkeypatch.setenv("OTEL_PROPAGATORS", " tracecontext , ,baggage ")
+    assert _otel_env.configured_propagators() == ["tracecontext", "baggage"]
+    named = propagation._environment_propagator()
+    assert named.fields == {"traceparent", "tracestate", "baggage"}
+    monkeypatch.setenv("OTEL_PROPAGATORS", "none")
+    nothing = propagation._environment_propagator()
+    assert isinstance(nothing, CompositePropagator)
+    assert nothing.fields == set()
+    monkeypatch.setenv("OTEL_PROPAGATORS", "carrier-pigeon")
+    with pytest.raises(ValueError, match="'carrier-pigeon', which is not installed"):
+        propagation._environment_propagator()
+    monkeypatch.delenv("OTEL_PROPAGATORS")
+    assert _otel_env.configured_propagators() == []
+    assert propagation._environment_propagator().fields == {"traceparent", "tracestate", "baggage"}

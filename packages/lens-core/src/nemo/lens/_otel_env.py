@@ -119,6 +119,12 @@ def _read_int(
     return value, True
 
 
+def _otlp_variables(signal: str, setting: str) -> tuple[str, str]:
+    """The two variables an OTLP exporter reads `setting` from, the signal's own first:
+    `OTEL_EXPORTER_OTLP_<SIGNAL>_<SETTING>`, then `OTEL_EXPORTER_OTLP_<SETTING>`."""
+    return f"OTEL_EXPORTER_OTLP_{signal.upper()}_{setting}", f"OTEL_EXPORTER_OTLP_{setting}"
+
+
 def otlp_protocol(signal: str, environ: Mapping[str, str] | None = None) -> str:
     """The OTLP protocol for `signal`, as the SDK spells it (lower-cased).
 
@@ -129,10 +135,7 @@ def otlp_protocol(signal: str, environ: Mapping[str, str] | None = None) -> str:
         ValueError: The variable that decides holds a value outside `OTLP_PROTOCOLS`
             (`http`, say, which would otherwise quietly mean gRPC); the message names it.
     """
-    for variable in (
-        f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-    ):
+    for variable in _otlp_variables(signal, "PROTOCOL"):
         raw = _read(environ, variable)
         value = raw.lower()
         if value in OTLP_PROTOCOLS:
@@ -207,10 +210,7 @@ def otlp_endpoint_variable(signal: str, environ: Mapping[str, str] | None = None
     `OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT` wins over `OTEL_EXPORTER_OTLP_ENDPOINT`; a blank
     value counts as unset.
     """
-    for variable in (
-        f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-    ):
+    for variable in _otlp_variables(signal, "ENDPOINT"):
         if _read(environ, variable):
             return variable
     return None
@@ -240,11 +240,8 @@ def otlp_targets(
         protocol = otlp_protocol(signal, environ)
         transport = (transports or {}).get(signal) or otlp_transports(signal, environ)[0]
         check_otlp_settings(signal, transport, environ)
-        endpoint = (
-            _read(environ, f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
-            or _read(environ, "OTEL_EXPORTER_OTLP_ENDPOINT")
-            or DEFAULT_OTLP_ENDPOINTS[transport]
-        )
+        variable = otlp_endpoint_variable(signal, environ)
+        endpoint = _read(environ, variable) if variable else DEFAULT_OTLP_ENDPOINTS[transport]
         host, port = endpoint_host_and_port(endpoint)
         key = (transport, host, port)
         previous = merged.get(key)
@@ -260,10 +257,7 @@ def _lookup(environ: Mapping[str, str] | None, signal: str, setting: str) -> tup
     variable that is present counts even when blank: the exporters parse it as given.
     """
     env = os.environ if environ is None else environ
-    for variable in (
-        f"OTEL_EXPORTER_OTLP_{signal.upper()}_{setting}",
-        f"OTEL_EXPORTER_OTLP_{setting}",
-    ):
+    for variable in _otlp_variables(signal, setting):
         raw = env.get(variable)
         if raw is not None:
             return variable, raw
@@ -275,10 +269,7 @@ def _lookup_set(
 ) -> tuple[str, str] | None:
     """Like `_lookup`, for a setting the exporters read as unset when it is blank."""
     env = os.environ if environ is None else environ
-    for variable in (
-        f"OTEL_EXPORTER_OTLP_{signal.upper()}_{setting}",
-        f"OTEL_EXPORTER_OTLP_{setting}",
-    ):
+    for variable in _otlp_variables(signal, setting):
         raw = env.get(variable, "")
         if raw.strip():
             return variable, raw
@@ -530,6 +521,14 @@ def signal_exporter(
             f"{', '.join(map(repr, accepted))} (unset: {label} decides){extra}"
         )
     return value
+
+
+def configured_propagators(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The propagator names `OTEL_PROPAGATORS` lists (stripped, empty ones dropped); an
+    empty list when it is unset or blank, where the API builds W3C trace context plus
+    baggage. OpenTelemetry reads the variable once, when its propagate module loads."""
+    raw = _read(environ, "OTEL_PROPAGATORS")
+    return [name for name in (part.strip() for part in raw.split(",")) if name]
 
 
 def sdk_disabled(environ: Mapping[str, str] | None = None) -> tuple[bool, str | None]:

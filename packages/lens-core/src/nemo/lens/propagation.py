@@ -11,14 +11,20 @@ of `import nemo.lens`'s own modules together.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
-import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from opentelemetry.context import Context
 
+from nemo.lens import _otel_env
 from nemo.lens._warn_once import WarnOnce
+from nemo.lens.errors import LensValueError
+
+if TYPE_CHECKING:
+    from opentelemetry.propagators.textmap import TextMapPropagator
 
 __all__ = ["extract_context", "inject_context"]
 
@@ -86,16 +92,41 @@ def install_w3c_propagator() -> None:
     Called by an exporting setup. Leaves the global alone when `OTEL_PROPAGATORS` is set,
     because the API has already built the propagators it names.
     """
-    if os.environ.get("OTEL_PROPAGATORS", "").strip():
+    if _otel_env.configured_propagators():
         return
     from opentelemetry import propagate
-    from opentelemetry.baggage.propagation import W3CBaggagePropagator
-    from opentelemetry.propagators.composite import CompositePropagator
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    propagate.set_global_textmap(
-        CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
-    )
+    propagate.set_global_textmap(_environment_propagator())
+
+
+def _environment_propagator() -> TextMapPropagator:
+    """The propagator the API builds from `OTEL_PROPAGATORS` at import: the ones it names
+    (`none`: none at all), else W3C trace context plus baggage.
+
+    Raises:
+        ValueError: A name no installed `opentelemetry_propagator` entry point provides.
+    """
+    from opentelemetry.propagators.composite import CompositePropagator
+
+    names = _otel_env.configured_propagators()
+    if not names:
+        from opentelemetry.baggage.propagation import W3CBaggagePropagator
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        return CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+    propagators: list[TextMapPropagator] = []
+    for name in names:
+        if name.lower() == "none":
+            return CompositePropagator([])
+        found = importlib.metadata.entry_points(group="opentelemetry_propagator", name=name)
+        for entry_point in found:
+            propagators.append(entry_point.load()())
+            break
+        else:
+            raise LensValueError(
+                f"OTEL_PROPAGATORS names propagator {name!r}, which is not installed"
+            )
+    return CompositePropagator(propagators)
 
 
 def _warn_once(where: str, exc: Exception) -> None:

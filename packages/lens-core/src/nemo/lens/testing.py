@@ -24,20 +24,26 @@ called and raise `ImportError` naming `lens-core[sdk]` without it.
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, propagate, trace
 
-from nemo.lens import _otel_internals, _shutdown, _warn_once, handle, helpers, state, strategies
+from nemo.lens import (
+    _otel_internals,
+    _shutdown,
+    _warn_once,
+    handle,
+    helpers,
+    propagation,
+    state,
+    strategies,
+)
 from nemo.lens.groups import SpanRegistry
 from nemo.lens.instruments import _cardinality, _registry
 
 if TYPE_CHECKING:
-    from opentelemetry.propagators.textmap import TextMapPropagator
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -120,7 +126,7 @@ def reset_otel_globals() -> None:
     helpers.forget_default_tracers()
     _otel_internals.forget_global_meter_provider()
     _otel_internals.forget_global_logger_provider()
-    propagate.set_global_textmap(_default_propagator())
+    propagate.set_global_textmap(propagation._environment_propagator())
 
 
 def reset_warning_memory() -> None:
@@ -277,26 +283,3 @@ def in_memory_spans(*, install: bool = False) -> InMemorySpans:
         _otel_internals.forget_global_tracer_provider()
         trace.set_tracer_provider(provider)
     return InMemorySpans(provider, exporter)
-
-
-def _default_propagator() -> TextMapPropagator:
-    """The propagator the API builds at import: `OTEL_PROPAGATORS`, else W3C."""
-    from opentelemetry.propagators.composite import CompositePropagator
-
-    configured = os.environ.get("OTEL_PROPAGATORS", "").strip()
-    if not configured:
-        from opentelemetry.baggage.propagation import W3CBaggagePropagator
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        return CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
-    propagators: list[TextMapPropagator] = []
-    for name in (part.strip() for part in configured.split(",")):
-        if name.lower() == "none":
-            return CompositePropagator([])
-        found = importlib.metadata.entry_points(group="opentelemetry_propagator", name=name)
-        for entry_point in found:
-            propagators.append(entry_point.load()())
-            break
-        else:
-            raise ValueError(f"OTEL_PROPAGATORS names propagator {name!r}, which is not installed")
-    return CompositePropagator(propagators)

@@ -7,9 +7,10 @@ Installed as a console script by lens-core and runnable as `python -m nemo.lens.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
 from nemo.lens.cli import _demo, _doctor, _metrics
@@ -69,8 +70,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.code is None:
             return 0
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
-    result: int = args.run(args)
+    with _environment_kept():
+        result: int = args.run(args)
     return result
+
+
+@contextlib.contextmanager
+def _environment_kept() -> Iterator[None]:
+    """Put back every environment variable a command set or removed (`lens demo` points
+    the exporters at its destination through them), so `main()` called in-process leaves
+    `os.environ` as it found it."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for name in [name for name in os.environ if name not in before]:
+            del os.environ[name]
+        for name, value in before.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
 
 
 def run() -> NoReturn:

@@ -436,8 +436,12 @@ DEMO_SPECS: Final = (
 
 
 def declare_demo_metrics() -> None:
-    """Register the demo's group (what `lens metrics --import` can list)."""
-    register_metric_group(DEMO_GROUP, DEMO_SPECS)
+    """Register the demo's group (what `lens metrics --import` can list).
+
+    Every run declares it again: a second `main(["demo"])` in one process (a notebook)
+    replaces the group with the same specs instead of failing.
+    """
+    register_metric_group(DEMO_GROUP, DEMO_SPECS, allow_override=True)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Every figure is a ratio against a baseline measured in the same run, so a busy or slow
 machine moves both sides together. Baseline and candidate alternate, round by round, and
-the figure is the median of the per-round ratios.
+the figure is the median of the per-round ratios (`harness.alternate`).
 
 Run: `python benchmarks/bench_metrics.py` (or `nox -s bench`).
 """
@@ -10,12 +10,9 @@ Run: `python benchmarks/bench_metrics.py` (or `nox -s bench`).
 from __future__ import annotations
 
 import argparse
-import gc
-import statistics
-import sys
-import timeit
 from collections.abc import Callable
 
+from harness import Row, alternate, duration, print_table, print_versions, ratio_row
 from opentelemetry.metrics import NoOpMeter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -110,45 +107,19 @@ def all_none_call(meter: object) -> Callable[[], None]:
     return run
 
 
-def measure(
-    candidate: Callable[[], None], baseline: Callable[[], None], rounds: int, number: int
-) -> tuple[float, float, float]:
-    """Alternate baseline and candidate rounds; return median ns/call of each and the
-    median of the per-round ratios (robust against a round disturbed by other load)."""
-    candidate_ns: list[float] = []
-    baseline_ns: list[float] = []
-    ratios: list[float] = []
-    gc.disable()
-    try:
-        for _ in range(rounds):
-            base = timeit.timeit(baseline, number=number) / number
-            cand = timeit.timeit(candidate, number=number) / number
-            baseline_ns.append(base * 1e9)
-            candidate_ns.append(cand * 1e9)
-            ratios.append(cand / base)
-    finally:
-        gc.enable()
-    return (
-        statistics.median(candidate_ns),
-        statistics.median(baseline_ns),
-        statistics.median(ratios),
-    )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=41)
     parser.add_argument("--number", type=int, default=1000)
     args = parser.parse_args()
 
-    import opentelemetry.sdk.version
-
+    print_versions()
     register_metric_group("bench", SPECS)
     provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     sdk_meter = provider.get_meter("bench")
     noop_meter = NoOpMeter("bench")
 
-    rows = []
+    rows: list[Row] = []
     for label, target, candidate, baseline in (
         (
             "record_metrics, 10 keyword values / 10 direct calls",
@@ -169,28 +140,15 @@ def main() -> int:
             direct_calls(noop_meter, None),
         ),
     ):
-        lens_ns, direct_ns, ratio = measure(candidate, baseline, args.rounds, args.number)
-        rows.append(
-            (
-                label,
-                f"{lens_ns:,.0f} / {direct_ns:,.0f}",
-                f"{ratio:.3f}",
-                f"<= {target}",
-                "PASS" if ratio <= target else "MISS",
-            )
-        )
+        timing = alternate(candidate, baseline, rounds=args.rounds, number=args.number)
+        rows.append(ratio_row(label, timing, target))
     none_call = all_none_call(sdk_meter)
-    none_ns, _, _ = measure(none_call, none_call, args.rounds, args.number)
+    none_ns = alternate(none_call, none_call, rounds=args.rounds, number=args.number).candidate_ns
     rows.append(
-        ("a call whose 10 values are all None", f"{none_ns:,.0f} ns/call", "-", "report", "-")
+        Row("a call whose 10 values are all None", duration(none_ns), "-", "-", "report", "-")
     )
-
-    sdk_version = opentelemetry.sdk.version.__version__
-    print(f"Python {sys.version.split()[0]}, opentelemetry-sdk {sdk_version}")
-    headers = ("figure", "lens ns / baseline ns", "ratio", "target", "")
-    widths = [max(len(str(row[i])) for row in (*rows, headers)) for i in range(5)]
-    for row in (headers, tuple("-" * w for w in widths), *rows):
-        print(" | ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
+    print()
+    print_table(rows)
     provider.shutdown()
     return 0
 

@@ -25,7 +25,6 @@ prints PASS or MISS per target.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import pathlib
 import statistics
 import sys
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "packages" / "lens-core" / "tests" / "support"))
 
+import harness  # noqa: E402
 from lens_children import MARKER, otlp_env, run_child  # noqa: E402
 from lens_receivers import HangingListener, OtlpReceiver, dead_endpoint  # noqa: E402
 
@@ -121,7 +121,7 @@ class Row:
 
     @property
     def verdict(self) -> str:
-        return "PASS" if self.passed else "MISS"
+        return harness.verdict(self.passed)
 
 
 def span_burst(transport: str, rounds: int, timeout_s: float) -> Row:
@@ -206,19 +206,9 @@ def forgotten_row(transport: str, kind: str, rounds: int, timeout_s: float) -> R
     )
 
 
-def installed(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def print_table(rows: list[Row]) -> None:
-    header = ("figure", "lens", "target", "result")
     cells = [(row.label, row.value, row.target, row.verdict) for row in rows]
-    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
-    for line in [header, tuple("-" * width for width in widths), *cells]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    harness.print_table(cells, ("figure", "lens", "target", "result"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,13 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    import nemo.lens
-
-    print(f"python {sys.version.split()[0]} ({sys.executable})")
-    print(
-        f"opentelemetry-sdk {installed('opentelemetry-sdk')}, lens-core {installed('lens-core')} "
-        f"({pathlib.Path(nemo.lens.__file__).parent})"
-    )
+    harness.print_versions()
     figures: list[Callable[[], Row]] = []
     for transport in args.transports.split(","):
         figures.append(lambda t=transport: span_burst(t, args.rounds, args.child_timeout))
@@ -250,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     for figure in figures:
         rows.append(figure())
         print(f"  measured: {rows[-1].label}: {rows[-1].value}", file=sys.stderr, flush=True)
+    print()
     print_table(rows)
     return 0
 

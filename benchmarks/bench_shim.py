@@ -6,7 +6,7 @@ keyword values, measured in the same run: with all eleven legacy values, with on
 callers pass a few), on a no-op meter (every rank that does not export), and with 50 more
 groups registered, as a framework with many groups has (a per-call look-up that grows with
 the registry shows up there). Baseline and candidate alternate, round by round, and the
-figure is the median of the per-round ratios.
+figure is the median of the per-round ratios (`harness.alternate`).
 
 Run: `python benchmarks/bench_shim.py` (or `nox -s bench`). It needs lens-compat-rl
 installed; without it, it says so and exits 0.
@@ -15,15 +15,12 @@ installed; without it, it says so and exits 0.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
-import statistics
-import sys
-import timeit
 import warnings
 from collections.abc import Callable
 from typing import Any
 
+from harness import Row, alternate, print_table, print_versions, ratio_row
 from opentelemetry.metrics import NoOpMeter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -72,47 +69,21 @@ def core_call(meter: object, values: dict[str, Any]) -> Callable[[], None]:
     return run
 
 
-def measure(
-    candidate: Callable[[], None], baseline: Callable[[], None], rounds: int, number: int
-) -> tuple[float, float, float]:
-    """Alternate baseline and candidate rounds; return median ns/call of each and the
-    median of the per-round ratios (robust against a round disturbed by other load)."""
-    candidate_ns: list[float] = []
-    baseline_ns: list[float] = []
-    ratios: list[float] = []
-    gc.disable()
-    try:
-        for _ in range(rounds):
-            base = timeit.timeit(baseline, number=number) / number
-            cand = timeit.timeit(candidate, number=number) / number
-            baseline_ns.append(base * 1e9)
-            candidate_ns.append(cand * 1e9)
-            ratios.append(cand / base)
-    finally:
-        gc.enable()
-    return (
-        statistics.median(candidate_ns),
-        statistics.median(baseline_ns),
-        statistics.median(ratios),
-    )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=41)
     parser.add_argument("--number", type=int, default=1000)
     args = parser.parse_args()
 
+    print_versions()
     if importlib.util.find_spec("lens_compat_rl") is None:
         print("bench_shim: lens-compat-rl is not installed; nothing to measure")
         return 0
-    import opentelemetry.sdk.version
-
     provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     sdk_meter = provider.get_meter("bench")
     noop_meter = NoOpMeter("bench")
 
-    rows = []
+    rows: list[Row] = []
     for label, target, extra_groups, candidate, baseline in (
         (
             "record_rl_metrics / record_metrics, 11 values",
@@ -154,23 +125,11 @@ def main() -> int:
             register_metric_group(
                 f"bench_extra_{index}", [MetricSpec("x", f"bench.extra{index}.x", "gauge")]
             )
-        shim_ns, core_ns, ratio = measure(candidate, baseline, args.rounds, args.number)
-        rows.append(
-            (
-                label,
-                f"{shim_ns:,.0f} / {core_ns:,.0f}",
-                f"{ratio:.3f}",
-                f"<= {target}",
-                "PASS" if ratio <= target else "MISS",
-            )
-        )
+        timing = alternate(candidate, baseline, rounds=args.rounds, number=args.number)
+        rows.append(ratio_row(label, timing, target))
 
-    sdk_version = opentelemetry.sdk.version.__version__
-    print(f"Python {sys.version.split()[0]}, opentelemetry-sdk {sdk_version}")
-    headers = ("figure", "shim ns / record_metrics ns", "ratio", "target", "")
-    widths = [max(len(str(row[i])) for row in (*rows, headers)) for i in range(5)]
-    for row in (headers, tuple("-" * w for w in widths), *rows):
-        print(" | ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
+    print()
+    print_table(rows, Row("figure", "shim", "record_metrics", "ratio", "target", "result"))
     provider.shutdown()
     return 0
 

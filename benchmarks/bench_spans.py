@@ -25,14 +25,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import importlib.metadata
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import timeit
-from dataclasses import dataclass
+
+from harness import Row, Timing, installed, print_table, print_versions, ratio_row
 
 from nemo.lens import managed_span, set_enabled_span_groups, trace_fn
 
@@ -55,25 +55,6 @@ API_IMPORT = (
 )
 
 
-@dataclass
-class Figure:
-    """One row of the result table."""
-
-    label: str
-    baseline: float
-    candidate: float
-    unit: str
-    target: float
-
-    @property
-    def ratio(self) -> float:
-        return self.candidate / self.baseline
-
-    @property
-    def verdict(self) -> str:
-        return "PASS" if self.ratio <= self.target else "MISS"
-
-
 def add(a: int, b: int) -> int:
     """The trivial function of figure 2, called bare."""
     return a + b
@@ -85,10 +66,11 @@ def traced_add(a: int, b: int) -> int:
     return a + b
 
 
-def fastest_ns(
+def fastest(
     baseline: str, candidate: str, namespace: dict[str, object], number: int, repeats: int
-) -> tuple[float, float]:
-    """Time two statements in alternating repeats; return each side's fastest ns per run."""
+) -> Timing:
+    """Time two statements in alternating repeats; each side's fastest ns per run. (Not
+    `harness.alternate`: a statement timed inline costs no function call on either side.)"""
     base_timer = timeit.Timer(baseline, globals=namespace)
     cand_timer = timeit.Timer(candidate, globals=namespace)
     base_times: list[float] = []
@@ -102,28 +84,29 @@ def fastest_ns(
     finally:
         if gc_was_enabled:
             gc.enable()
-    return min(base_times) / number * 1e9, min(cand_times) / number * 1e9
+    base, cand = min(base_times) / number * 1e9, min(cand_times) / number * 1e9
+    return Timing(cand, base, cand / base)
 
 
-def disabled_managed_span(number: int, repeats: int) -> Figure:
+def disabled_managed_span(number: int, repeats: int) -> Row:
     namespace: dict[str, object] = {"contextlib": contextlib, "managed_span": managed_span}
-    base, cand = fastest_ns(
+    timing = fastest(
         "with contextlib.nullcontext():\n    pass",
         f"with managed_span({DISABLED_GROUP!r}, 'x', iteration=1):\n    pass",
         namespace,
         number,
         repeats,
     )
-    return Figure("disabled managed_span / nullcontext()", base, cand, "ns", 1.0)
+    return ratio_row("disabled managed_span / nullcontext()", timing, 1.0)
 
 
-def disabled_trace_fn(number: int, repeats: int) -> Figure:
+def disabled_trace_fn(number: int, repeats: int) -> Row:
     namespace: dict[str, object] = {"add": add, "traced_add": traced_add}
-    base, cand = fastest_ns("add(1, 2)", "traced_add(1, 2)", namespace, number, repeats)
-    return Figure("disabled @trace_fn a+b / bare a+b", base, cand, "ns", 3.0)
+    timing = fastest("add(1, 2)", "traced_add(1, 2)", namespace, number, repeats)
+    return ratio_row("disabled @trace_fn a+b / bare a+b", timing, 3.0)
 
 
-def import_time(runs: int, warmups: int) -> tuple[Figure, bool]:
+def import_time(runs: int, warmups: int) -> tuple[Row, bool]:
     """Median import times in fresh interpreters, and whether `import nemo.lens` loaded an SDK."""
     with tempfile.TemporaryDirectory(prefix="lens-bench-pycache-") as cache:
         env = dict(os.environ)
@@ -147,41 +130,9 @@ def import_time(runs: int, warmups: int) -> tuple[Figure, bool]:
             lens_times.append(seconds)
             sdk_loaded = sdk_loaded or loaded
             api_times.append(run(API_IMPORT)[0])
-    figure = Figure(
-        "import nemo.lens / import the OTel API",
-        statistics.median(api_times) * 1e3,
-        statistics.median(lens_times) * 1e3,
-        "ms",
-        1.3,
-    )
-    return figure, sdk_loaded
-
-
-def installed(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def print_table(figures: list[Figure]) -> None:
-    header = ("figure", "baseline", "lens", "ratio", "target", "result")
-    rows = [
-        (
-            f.label,
-            f"{f.baseline:.1f} {f.unit}",
-            f"{f.candidate:.1f} {f.unit}",
-            f"{f.ratio:.2f}",
-            f"<= {f.target:.1f}",
-            f.verdict,
-        )
-        for f in figures
-    ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
+    lens_ns, api_ns = statistics.median(lens_times) * 1e9, statistics.median(api_times) * 1e9
+    timing = Timing(lens_ns, api_ns, lens_ns / api_ns)
+    return ratio_row("import nemo.lens / import the OTel API", timing, 1.3, "ms"), sdk_loaded
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,20 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmups", type=int, default=3, help="untimed interpreter runs per side")
     args = parser.parse_args(argv)
 
-    print(f"python {sys.version.split()[0]} ({sys.executable})")
-    print(
-        f"opentelemetry-api {installed('opentelemetry-api')}, "
-        f"opentelemetry-sdk {installed('opentelemetry-sdk')}, lens-core {installed('lens-core')}"
-    )
+    print_versions()
     set_enabled_span_groups(frozenset())
-    figures = [
+    rows = [
         disabled_managed_span(args.number, args.repeats),
         disabled_trace_fn(args.number, args.repeats),
     ]
-    figure, sdk_loaded = import_time(args.import_runs, args.warmups)
-    figures.append(figure)
+    row, sdk_loaded = import_time(args.import_runs, args.warmups)
+    rows.append(row)
     print()
-    print_table(figures)
+    print_table(rows)
     print()
     print(f"import nemo.lens loaded an SDK module: {'yes (MISS)' if sdk_loaded else 'no'}")
     if installed("opentelemetry-sdk") != "not installed":

@@ -28,11 +28,11 @@ Figures (each lens against a baseline measured in the same run):
    steps and untimed (figure 5 is that cost).
 
 Figures 1 to 5 alternate baseline and candidate round by round, with the garbage collector
-off inside a round; each figure is the median of the per-round ratios, so a busy machine
-moves both sides together. Between rounds (untimed) both span pipelines are flushed and
-emptied, and both readers collect. Figure 6 interleaves the three variants step by step,
-the collector on. Times are wall time; `--clock cpu` takes the process's CPU time instead
-(all its threads), which leaves out other processes on a shared machine.
+off inside a round; each figure is the median of the per-round ratios (`harness.alternate`),
+so a busy machine moves both sides together. Between rounds (untimed) both span pipelines
+are flushed and emptied, and both readers collect. Figure 6 interleaves the three variants
+step by step, the collector on. Times are wall time; `--clock cpu` takes the process's CPU
+time instead (all its threads), which leaves out other processes on a shared machine.
 
 Run: `python benchmarks/bench_step.py` (or `nox -s bench`). It always exits 0 and prints
 PASS or MISS per target.
@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import importlib.metadata
 import statistics
 import sys
 import time
@@ -51,6 +50,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import harness
+from harness import Row, Timing, print_table, print_versions, ratio_row
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -248,18 +249,6 @@ def lens_step(handle: TelemetryHandle, work: Callable[[], object]) -> Callable[[
 # --- timing ---------------------------------------------------------------------------------
 
 
-@dataclass
-class Row:
-    """One line of the result table."""
-
-    figure: str
-    lens: str
-    baseline: str
-    ratio: str
-    target: str
-    verdict: str
-
-
 class Pipelines:
     """Both sides' readers and span pipelines, settled between timed rounds."""
 
@@ -324,40 +313,24 @@ def alternate(
     baseline: Callable[[], None],
     number: int,
     spans: tuple[Spans, Spans] = (Spans(side="lens"), Spans()),
-) -> tuple[float, float, float]:
-    """Alternate baseline and candidate rounds of `number` calls, settling after each;
-    return the median ns/call of each side and the median of the per-round ratios.
+) -> Timing:
+    """`harness.alternate` over `bench.args.rounds` rounds of `number` calls on the bench's
+    clock, both pipelines settled after each round.
 
     `spans` describes the (candidate, baseline) calls' spans, to count drops."""
-    candidate_ns: list[float] = []
-    baseline_ns: list[float] = []
-    ratios: list[float] = []
     candidate_spans, baseline_spans = spans
-    for _ in range(bench.args.rounds):
-        base = timed_round(baseline, number, bench.clock)
-        bench.pipelines.settle({baseline_spans.side: baseline_spans.per_call * number})
-        cand = timed_round(candidate, number, bench.clock)
-        bench.pipelines.settle({candidate_spans.side: candidate_spans.per_call * number})
-        baseline_ns.append(base)
-        candidate_ns.append(cand)
-        ratios.append(cand / base)
-    return (
-        statistics.median(candidate_ns),
-        statistics.median(baseline_ns),
-        statistics.median(ratios),
+    expected = {
+        "candidate": {candidate_spans.side: candidate_spans.per_call * number},
+        "baseline": {baseline_spans.side: baseline_spans.per_call * number},
+    }
+    return harness.alternate(
+        candidate,
+        baseline,
+        rounds=bench.args.rounds,
+        number=number,
+        clock=bench.clock,
+        after_round=lambda side: bench.pipelines.settle(expected[side]),
     )
-
-
-def timed_round(call: Callable[[], None], number: int, clock: Callable[[], int]) -> float:
-    """ns per call of `number` calls, with the garbage collector off."""
-    gc.disable()
-    try:
-        start = clock()
-        for _ in range(number):
-            call()
-        return (clock() - start) / number
-    finally:
-        gc.enable()
 
 
 def collect_round(
@@ -378,17 +351,6 @@ def collect_round(
     finally:
         gc.enable()
     return total / number
-
-
-def ratio_row(figure: str, lens_ns: float, baseline_ns: float, ratio: float, target: float) -> Row:
-    return Row(
-        figure,
-        f"{lens_ns / 1e3:,.2f} us",
-        f"{baseline_ns / 1e3:,.2f} us",
-        f"{ratio:.3f}",
-        f"<= {target}",
-        "PASS" if ratio <= target else "MISS",
-    )
 
 
 # --- figures 1 to 5 -------------------------------------------------------------------------
@@ -412,8 +374,8 @@ def step_rows(bench: Bench) -> list[Row]:
         args.step_number,
     )
     return [
-        ratio_row("realistic step (40 values, 5 spans) / raw SDK", *step, 0.75),
-        ratio_row("its 40 values: record_metrics / 40 direct calls", *metrics_part, 0.6),
+        ratio_row("realistic step (40 values, 5 spans) / raw SDK", step, 0.75, "us"),
+        ratio_row("its 40 values: record_metrics / 40 direct calls", metrics_part, 0.6, "us"),
     ]
 
 
@@ -431,13 +393,12 @@ def collect_row(bench: Bench) -> Row:
     for _ in range(rounds):
         raw_ns.append(collect_round(record_raw, raw.reader, number, bench.clock))
         lens_ns.append(collect_round(record_lens, lens_reader, number, bench.clock))
-    return ratio_row(
-        "collect after one step of 40 values / raw collect",
+    timing = Timing(
         statistics.median(lens_ns),
         statistics.median(raw_ns),
         statistics.median(lens / base for lens, base in zip(lens_ns, raw_ns, strict=True)),
-        2.0,
     )
+    return ratio_row("collect after one step of 40 values / raw collect", timing, 2.0, "us")
 
 
 def small_call_rows(bench: Bench) -> list[Row]:
@@ -452,7 +413,8 @@ def small_call_rows(bench: Bench) -> list[Row]:
             direct_calls(bench.raw, SMALL_SPECS, SMALL_VALUES, attributes),
             bench.args.number,
         )
-        rows.append(ratio_row(f"10 gauge+counter values, {label} / 10 direct calls", *result, 0.5))
+        figure = f"10 gauge+counter values, {label} / 10 direct calls"
+        rows.append(ratio_row(figure, result, 0.5, "us"))
     return rows
 
 
@@ -495,7 +457,7 @@ def span_rows(bench: Bench) -> list[Row]:
         ("enabled @trace_fn a+b / a+b in that span", 1.05, lens_trace_fn, sdk_span_add),
     ):
         result = alternate(bench, candidate, baseline, bench.args.number, one_each)
-        rows.append(ratio_row(label, *result, target))
+        rows.append(ratio_row(label, result, target, "us"))
     return rows
 
 
@@ -564,7 +526,7 @@ def cpu_step_rows(bench: Bench) -> tuple[list[Row], str]:
             f"{raw_median:+.2f} %",
             f"{lens_median - raw_median:+.2f} pt",
             "<= raw",
-            "PASS" if lens_median <= raw_median else "MISS",
+            harness.verdict(lens_median <= raw_median),
         ),
         Row(
             f"{step_ms:g} ms CPU step, p99 inflation over off",
@@ -583,23 +545,6 @@ def cpu_step_rows(bench: Bench) -> tuple[list[Row], str]:
 
 
 # --- main -----------------------------------------------------------------------------------
-
-
-def installed(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def print_table(rows: list[Row]) -> None:
-    header = Row("figure", "lens", "baseline", "ratio", "target", "PASS/MISS")
-    cells = [tuple(vars(row).values()) for row in (header, *rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    for n, row in enumerate(cells):
-        print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
-        if n == 0:
-            print("-|-".join("-" * width for width in widths))
 
 
 def setup_problem(handle: TelemetryHandle) -> str:
@@ -630,11 +575,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    print(f"python {sys.version.split()[0]} ({sys.executable})")
-    print(
-        f"opentelemetry-api {installed('opentelemetry-api')}, "
-        f"opentelemetry-sdk {installed('opentelemetry-sdk')}, lens-core {installed('lens-core')}"
-    )
+    print_versions()
     register_metric_group(STEP_GROUP, STEP_SPECS)
     register_metric_group(SMALL_GROUP, SMALL_SPECS)
     lens_reader = InMemoryMetricReader()

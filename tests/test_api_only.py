@@ -11,11 +11,9 @@ import json
 import logging
 import os
 import re
-import subprocess
-import sys
 
 import pytest
-from lens_cli import clean_env
+from lens_children import child_env, python_stdout
 from lens_cli import run_lens_process as run_lens
 
 SDK_INSTALLED = importlib.util.find_spec("opentelemetry.sdk") is not None
@@ -37,11 +35,7 @@ def test_importing_lens_pulls_in_no_sdk() -> None:
         "    'sdk': sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')),\n"
         "}))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, check=True
-    )
-
-    report = json.loads(result.stdout)
+    report = json.loads(python_stdout("-W", "error", "-c", script))
     assert report["sdk"] == []
     assert report["version"]
 
@@ -112,7 +106,7 @@ DOCTOR_SECTIONS = (
 def test_doctor_prints_its_whole_report_and_what_to_install() -> None:
     """`lens doctor` on an API-only install prints every section, says once to
     `pip install 'lens-core[sdk]'`, exits 0 while telemetry is disabled, and shows no traceback."""
-    result = run_lens("doctor", "--timeout", "1", env=clean_env())
+    result = run_lens("doctor", "--timeout", "1", env=child_env())
 
     assert "Traceback" not in result.stdout + result.stderr
     assert result.stderr == ""
@@ -153,7 +147,7 @@ def test_doctor_fails_an_enabled_exporter_naming_each_missing_package_once(
     """With telemetry enabled, each exporter's missing packages are one FAIL naming each
     distribution once and the extra to install; still the whole report, no traceback."""
     settings = {"NEMO_LENS_ENABLED": "1", "NEMO_LENS_EXPORTER": exporter}
-    result = run_lens("doctor", "--timeout", "1", env=clean_env(settings))
+    result = run_lens("doctor", "--timeout", "1", env=child_env(settings))
 
     assert "Traceback" not in result.stdout + result.stderr
     assert result.returncode == 1, result.stdout

@@ -26,7 +26,8 @@ from importlib.machinery import PathFinder
 from typing import Any
 
 import pytest
-from lens_shims import EACH_SHIM, Shim, python_report, run_python
+from lens_children import run_python
+from lens_shims import EACH_SHIM, Shim, python_report
 
 import nemo.lens
 
@@ -172,7 +173,7 @@ def _path_without(shim: Shim, mirrors: pathlib.Path) -> list[str]:
 def plain_python(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """This Python in a new, empty virtual environment: `site` runs, nothing is installed."""
     home = tmp_path_factory.mktemp("plain-venv")
-    created = run_python(["-m", "venv", "--without-pip", home])
+    created = run_python("-m", "venv", "--without-pip", home)
     assert created.returncode == 0, created.stderr
     for python in (home / "bin" / "python", home / "Scripts" / "python.exe"):
         if python.exists():

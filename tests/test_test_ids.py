@@ -8,12 +8,10 @@ cannot name, by collecting twice in fresh interpreters with other hash seeds.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from lens_children import child_env, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLECT_TIMEOUT_S = 300
@@ -21,10 +19,8 @@ COLLECT_TIMEOUT_S = 300
 
 def collected_ids(paths: list[str], hash_seed: str) -> list[str]:
     """The node ids one `pytest --collect-only` of `paths` finds."""
-    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    result = subprocess.run(
-        [
-            sys.executable,
+    result = run_python(
+        *[
             "-m",
             "pytest",
             "-c",
@@ -40,12 +36,9 @@ def collected_ids(paths: list[str], hash_seed: str) -> list[str]:
             "no:cacheprovider",
             *paths,
         ],
-        capture_output=True,
-        text=True,
         cwd=ROOT,
-        env=env,
-        timeout=COLLECT_TIMEOUT_S,
-        check=False,
+        env=child_env({"PYTHONHASHSEED": hash_seed}),
+        timeout_s=COLLECT_TIMEOUT_S,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return [line for line in result.stdout.splitlines() if "::" in line]

@@ -16,7 +16,8 @@ import textwrap
 from typing import Any
 
 import pytest
-from lens_shims import EACH_SHIM, Shim, run_python
+from lens_children import run_python
+from lens_shims import EACH_SHIM, Shim
 from packaging.requirements import Requirement
 
 import nemo.lens
@@ -88,7 +89,7 @@ def test_a_legacy_loop_records_its_series_and_warns_once_at_its_call_line(
     script.write_text(source)
     call_line = source.splitlines().index(f"    {call}") + 1
 
-    result = run_python(["-W", "always", script], cwd=tmp_path)
+    result = run_python("-W", "always", script, cwd=tmp_path)
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == expected

@@ -11,7 +11,8 @@ import pathlib
 import pkgutil
 
 import pytest
-from lens_shims import EACH_ABSENT_SHIM, Shim, run_python
+from lens_children import run_python
+from lens_shims import EACH_ABSENT_SHIM, Shim
 
 import nemo.lens.instruments
 from nemo.lens import registered_metric_groups
@@ -29,7 +30,7 @@ def test_importing_the_legacy_module_raises_module_not_found(shim: Shim) -> None
 @EACH_ABSENT_SHIM
 def test_a_fresh_interpreter_cannot_import_the_legacy_function(shim: Shim) -> None:
     """Legacy code run in a new process stops at its import with ModuleNotFoundError."""
-    result = run_python(["-c", f"from {shim.legacy_module} import {shim.legacy_function}"])
+    result = run_python("-c", f"from {shim.legacy_module} import {shim.legacy_function}")
 
     assert result.returncode == 1
     assert f"ModuleNotFoundError: No module named '{shim.legacy_module}'" in result.stderr

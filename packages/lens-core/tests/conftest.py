@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import lens_hypothesis
 import pytest
+from lens_env import clear_settings
 from lens_ids import refuse_unstable_ids
 
 from nemo.lens.testing import (
@@ -33,6 +34,13 @@ def _fresh_metric_registry() -> Iterator[None]:
     yield
     reset_metric_registry()
     reset_warning_memory()
+
+
+@pytest.fixture
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """`os.environ` without lens or OpenTelemetry settings for this test (`lens_env`); the
+    monkeypatch it returns sets the test's own, and everything is undone after the test."""
+    return clear_settings(monkeypatch)
 
 
 @pytest.fixture

@@ -327,6 +327,82 @@ def test_setup_telemetry_applies_the_configured_limit() -> None:
     assert _cardinality.limit == 0
 
 
+#: Equal in Python (and so one series to an SDK that keys by `frozenset(items)`), while
+#: SDKs that key by value and type keep them as three series.
+EQUAL_VALUES = (1, True, 1.0)
+
+
+def typed_points(points: list[Any]) -> list[tuple[tuple[tuple[str, str, object], ...], Any]]:
+    """(attributes with each value's type, value) of `points`, so 1, True and 1.0 differ."""
+    return sorted(
+        (
+            tuple(
+                sorted((key, type(item).__name__, item) for key, item in point.attributes.items())
+            ),
+            point.value,
+        )
+        for point in points
+    )
+
+
+def sdk_series_of_equal_values() -> int:
+    """How many series the installed SDK itself keeps of `{"k": v}` for each EQUAL_VALUES."""
+    raw = in_memory_metrics()
+    try:
+        counter = raw.meter.create_counter("card.raw")
+        for value in EQUAL_VALUES:
+            counter.add(1, {"k": value})
+        return len(raw.points("card.raw"))
+    finally:
+        raw.shutdown()
+
+
+@pytest.mark.parametrize("meter_of", ["setup", "own-provider"])
+def test_the_limit_counts_series_as_the_sdk_keeps_them(meter_of: str) -> None:
+    """Under limit 1, `{"k": 1}`, `{"k": True}` and `{"k": 1.0}` are as many series to the
+    limit as to the SDK: one series where it merges them, else the first plus overflow;
+    on lens's coalescing meter and on a provider lens did not build alike."""
+    kept_apart = sdk_series_of_equal_values() == len(EQUAL_VALUES)
+    with isolated_telemetry():
+        reader = InMemoryMetricReader()
+        handle = setup_telemetry(
+            NemoLensConfig(enabled=True, traces_enabled=False, metric_cardinality_limit=1),
+            metric_reader=reader,
+        )
+        own = in_memory_metrics()
+        try:
+            register_metric_group("card", SPECS)
+            meter = handle.meter if meter_of == "setup" else own.meter
+            for step, value in enumerate(EQUAL_VALUES):
+                record_metrics(meter, "card", samples=1, depth=step, attributes={"k": value})
+            # One collection each: older SDKs leave a gauge out of the next one.
+            points = collected_points(reader if meter_of == "setup" else own.reader)
+        finally:
+            own.shutdown()
+            handle.shutdown()
+    first = (("k", "int", 1),)
+    overflow = ((OTEL_METRIC_OVERFLOW, "bool", True),)
+    samples, depth = points["card.samples"], points["card.depth"]
+    if kept_apart:
+        assert typed_points(samples) == sorted([(first, 1), (overflow, 2)])
+        assert typed_points(depth) == sorted([(first, 0), (overflow, 2)])
+    else:
+        assert typed_points(samples) == [(first, 3)]
+        assert typed_points(depth) == [(first, 2)]
+
+
+def collected_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    """Collect `reader` now; metric name -> its data points."""
+    data: Any = reader.get_metrics_data()
+    assert data is not None
+    return {
+        metric.name: list(metric.data.data_points)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+
+
 _CHILD = """
 import json, logging, sys
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")

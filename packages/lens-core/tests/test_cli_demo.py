@@ -27,7 +27,9 @@ from typing import Any, ClassVar
 
 import pytest
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
-from lens_cli import LensResult, clean_env, run_lens
+from lens_children import child_env, free_port
+from lens_cli import LensResult, run_lens
+from lens_env import clean_env
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
@@ -55,7 +57,7 @@ class RunningDemo:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=clean_env(),
+            env=child_env(),
             cwd=cwd,
         )
         self.lines: queue.Queue[str] = queue.Queue()
@@ -179,14 +181,6 @@ def spans(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for scope_spans in resource_spans["scopeSpans"]
         for span in scope_spans["spans"]
     ]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_console_demo_writes_the_rl_series_as_json_lines(tmp_path: Path) -> None:
@@ -446,7 +440,7 @@ def demo_on_a_terminal(
     extra = {"TERM": "xterm"}
     if columns is not None:
         extra["COLUMNS"] = str(columns)
-    env = clean_env(extra, also_strip=("COLUMNS", "LINES"))
+    env = child_env(extra, also_strip=("COLUMNS", "LINES"))
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, window_columns, 0, 0))
     process = subprocess.Popen(

@@ -10,7 +10,9 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from lens_cli import LensResult, clean_env, run_lens
+from lens_children import child_env, free_port
+from lens_cli import LensResult, run_lens
+from lens_env import clean_env
 
 from nemo.lens._otel_env import EXPORTER_REQUIREMENTS, otlp_targets, prometheus_address
 from nemo.lens.cli import _doctor
@@ -42,10 +44,7 @@ def listening_port() -> Iterator[int]:
 @pytest.fixture
 def closed_port() -> int:
     """A port on 127.0.0.1 that nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
+    return free_port()
 
 
 def fail_lines(output: str) -> list[str]:
@@ -553,7 +552,7 @@ def test_a_closed_pipe_exits_0_without_a_traceback(tmp_path: Path) -> None:
         [sys.executable, "-m", "nemo.lens.cli", "doctor", "--timeout", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=clean_env({"NEMO_LENS_EXPORTER": "console"}),
+        env=child_env({"NEMO_LENS_EXPORTER": "console"}),
         cwd=tmp_path,
     ) as process:
         assert process.stdout is not None
@@ -575,7 +574,7 @@ def test_a_head_reading_one_line_gets_it_and_doctor_exits_0(tmp_path: Path) -> N
         ["bash", "-c", script],
         capture_output=True,
         text=True,
-        env=clean_env({"NEMO_LENS_EXPORTER": "console"}),
+        env=child_env({"NEMO_LENS_EXPORTER": "console"}),
         cwd=tmp_path,
         timeout=120,
         check=False,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from lens_children import child_env, free_port, python_stdout, run_python
 from lens_cli import run_lens as lens
 
 from nemo.lens.cli import main
@@ -99,9 +99,7 @@ def test_console_script_points_at_run() -> None:
 def test_run_exits_with_the_status_of_main() -> None:
     """The console-script function exits with main()'s status (2 for bad input)."""
     code = "import sys; sys.argv = ['lens', 'metrics']; from nemo.lens.cli import run; run()"
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
+    result = run_python("-c", code)
     assert result.returncode == 2
     assert "the following arguments are required: --import" in result.stderr
 
@@ -112,10 +110,7 @@ def test_importing_nemo_lens_does_not_import_the_cli() -> None:
         "import sys, nemo.lens; "
         "print(sorted(m for m in sys.modules if m.startswith('nemo.lens.cli')))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert result.stdout.strip() == "[]"
+    assert python_stdout("-c", code).strip() == "[]"
 
 
 def test_a_reader_that_leaves_early_is_not_a_traceback(tmp_path: Path) -> None:
@@ -127,7 +122,7 @@ def test_a_reader_that_leaves_early_is_not_a_traceback(tmp_path: Path) -> None:
     command = [sys.executable, "-c", "from nemo.lens.cli import run; run()"]
     command += ["metrics", "--import", "few_metrics"]
     with subprocess.Popen(
-        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        command, cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     ) as process:
         assert process.stdout is not None
         process.stdout.close()  # the reader is gone before the command writes a byte
@@ -145,9 +140,7 @@ def test_main_in_process_leaves_the_environment_as_it_found_it(
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "9999")
     before = dict(os.environ)
 
-    with socket.socket() as probe:  # a port nothing listens on now
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = str(free_port())  # a port nothing listens on now
 
     status = main(["demo", "--steps", "1", "--interval", "0", "--out", str(tmp_path / "d.jsonl")])
     prometheus = main(["demo", "--steps", "1", "--interval", "0", "--exporter", "prometheus",

@@ -280,16 +280,6 @@ def test_coalesced_values_get_no_exemplars_even_when_collected_inside_a_span() -
         handle.shutdown()
 
 
-def test_series_keys_follow_each_sdk_rule() -> None:
-    """The plain key merges what Python finds equal (1, True, 1.0), as SDKs up to 1.30 do;
-    the typed key keeps them apart, as 1.45 does, and ignores key order either way."""
-    plain, typed = _coalesce.plain_series_key, _coalesce.typed_series_key
-    assert plain({"a": 1}) == plain({"a": True}) == plain({"a": 1.0})
-    assert len({typed({"a": 1}), typed({"a": True}), typed({"a": 1.0})}) == 3
-    assert typed({"t": (1, 2)}) != typed({"t": (1.0, 2.0)})
-    assert typed({"a": 1, "b": "x"}) == typed({"b": "x", "a": 1}) == plain({"a": 1, "b": "x"})
-
-
 def test_groups_sharing_an_instrument_share_its_buffer() -> None:
     """Two groups declaring one name record into one SDK instrument; its buffered series is
     one, so the last gauge value is the last one recorded, whichever group recorded it."""
@@ -325,7 +315,7 @@ def test_a_failing_hand_over_is_warned_once_and_never_raises(
         def set(self, value: float, attributes: object = None) -> None:
             raise RuntimeError("instrument gone")
 
-    buffer = _coalesce.CoalescingBuffer(_coalesce.plain_series_key, coalesce_sums=True)
+    buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
     record = buffer.instrument(Broken(), "set", "gauge")
     record(1.0, {"a": 1})
     with caplog.at_level(logging.WARNING, logger="nemo.lens"):
@@ -335,6 +325,24 @@ def test_a_failing_hand_over_is_warned_once_and_never_raises(
     messages = [r.getMessage() for r in caplog.records if "instrument gone" in r.getMessage()]
     assert len(messages) == 1
     assert "dropped" in messages[0]
+
+
+def test_a_set_without_a_series_key_reaches_the_sdk_at_once() -> None:
+    """Defensively (cleaned attributes are hashable): attributes that cannot be keyed are
+    not buffered but handed to the instrument right away; keyable ones wait."""
+    recorded: list[tuple[float, object]] = []
+
+    class Recording:
+        def set(self, value: float, attributes: object = None) -> None:
+            recorded.append((value, attributes))
+
+    buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
+    record = buffer.instrument(Recording(), "set", "gauge")
+    record(1.0, {"ids": [1, 2]})
+    record(2.0, {"ids": (1, 2)})
+    assert recorded == [(1.0, {"ids": [1, 2]})]
+    buffer.flush()
+    assert recorded == [(1.0, {"ids": [1, 2]}), (2.0, {"ids": (1, 2)})]
 
 
 def test_an_sdk_meter_without_a_consumer_is_recorded_directly() -> None:

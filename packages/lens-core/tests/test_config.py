@@ -9,34 +9,18 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from lens_env import clear_settings
 
 from nemo.lens.config import NemoLensConfig
 from nemo.lens.groups import SpanGroup, SpanRegistry
 from nemo.lens.testing import isolated_telemetry
 
-ENV_KEYS = (
-    "ENABLED",
-    "EXPORT_STRATEGY",
-    "EXPORT_RANK",
-    "EXPORT_SAMPLE_RATE",
-    "SAMPLER_ENABLED",
-    "TRACES_ENABLED",
-    "METRICS_ENABLED",
-    "LOGS_ENABLED",
-    "SPAN_GROUPS",
-    "EXPORTER",
-    "RUN_ID",
-    "USER_ID",
-)
-
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for prefix in ("NEMO_LENS", "TEST_OTEL", "FALLBACK"):
-        for key in ENV_KEYS:
-            monkeypatch.delenv(f"{prefix}_{key}", raising=False)
-    for bare in ("OTEL_SERVICE_NAME", "WANDB_ENTITY", "WANDB_PROJECT"):
-        monkeypatch.delenv(bare, raising=False)
+    # The prefixes these tests read under, and the W&B names from_env also reads.
+    prefixes = ("TEST_OTEL_", "FALLBACK_", "PROP_", "WANDB_ENTITY", "WANDB_PROJECT")
+    clear_settings(monkeypatch, also_strip=prefixes)
     with isolated_telemetry(clear_span_registry=True):
         yield
 

@@ -597,6 +597,65 @@ def test_a_span_that_fails_to_end_still_returns(caplog: pytest.LogCaptureFixture
     assert "ending the span failed (RuntimeError: end failed)" in caplog.records[0].getMessage()
 
 
+def test_failures_are_logged_on_the_ray_logger_with_their_consequence(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The shared span lifecycle logs traced_remote_call's failures on this module's logger,
+    saying that the method runs without the span."""
+    with caplog.at_level(logging.WARNING, logger="nemo.lens.contrib.ray"):
+        traced_remote_call(plain("add"), _BrokenTracer())(Worker(), 1)
+    (record,) = caplog.records
+    assert record.name == "nemo.lens.contrib.ray"
+    assert record.getMessage() == (
+        "traced_remote_call: starting the span failed (RuntimeError: tracer down); the "
+        "method runs without it. Further RuntimeError errors here are not logged."
+    )
+
+
+class _NoneTracer(trace.NoOpTracer):
+    """A tracer whose start_span returns None (a broken plug-in)."""
+
+    def start_span(self, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+
+def test_a_tracer_returning_no_span_still_runs_every_kind(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not a span: each kind of method runs without one, and one warning says why."""
+    worker = Worker()
+    tracer = _NoneTracer()
+    with caplog.at_level(logging.WARNING, logger="nemo.lens.contrib.ray"):
+        assert traced_remote_call(plain("add"), tracer)(worker, 1) == 2
+        assert asyncio.run(traced_remote_call(plain("add_later"), tracer)(worker, 1)) == 2
+        assert list(traced_remote_call(plain("count_sync"), tracer)(worker, 2)) == [0, 1]
+    (message,) = [record.getMessage() for record in caplog.records]
+    assert "returned NoneType, not a span" in message
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+class _InvalidSpanTracer(trace.NoOpTracer):
+    """The no-op tracer of OpenTelemetry API 1.23: every span it starts is the invalid span."""
+
+    def start_span(self, *args: Any, **kwargs: Any) -> Span:
+        return trace.INVALID_SPAN
+
+
+def test_an_invalid_span_leaves_the_carried_context_current() -> None:
+    """Under a span that is not valid, the body still sees the caller's span (the trace is
+    not cut), in a function and in each step of a generator."""
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    worker = Worker()
+    tracer = _InvalidSpanTracer()
+    assert carried(traced_remote_call(plain("add"), tracer))(worker, 1, _otel_carrier=carrier)
+    generator = carried(traced_remote_call(plain("count_sync"), tracer))
+    assert list(generator(worker, 2, _otel_carrier=carrier)) == [0, 1]
+    assert len(worker.seen) == 3
+    for span in worker.seen:
+        assert span.get_span_context().span_id == 0xB7AD6B7169203331
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
 def test_an_unreadable_signature_still_wraps(caplog: pytest.LogCaptureFixture) -> None:
     """A callable whose signature cannot be read is wrapped without a `__signature__`."""
 

@@ -10,7 +10,6 @@ import inspect
 import json
 import logging
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lens_children import python_stdout
 from lens_ids import stable_id
 from lens_integrations import require
 from lens_spans import one
@@ -73,10 +73,7 @@ def test_root_loads_distributed_on_first_access_only() -> None:
         "nemo.lens.create_linked_span\n"
         "print(before, 'nemo.lens.distributed' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert result.stdout.split() == ["False", "True"]
+    assert python_stdout("-c", code).split() == ["False", "True"]
 
 
 # --- broadcast_trace_context without a process group ------------------------------------------
@@ -97,10 +94,7 @@ def test_broadcast_never_imports_torch() -> None:
         "from nemo.lens.distributed import broadcast_trace_context\n"
         "print(broadcast_trace_context(0), 'torch' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert result.stdout.split() == ["None", "False"]
+    assert python_stdout("-c", code).split() == ["None", "False"]
 
 
 @pytest.mark.integration

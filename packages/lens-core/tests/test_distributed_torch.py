@@ -14,14 +14,13 @@ import importlib
 import importlib.util
 import json
 import logging
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from lens_children import child_env, free_port
 from lens_integrations import require
 
 pytestmark = pytest.mark.integration
@@ -144,25 +143,15 @@ def run_rank(rank: int, out: Path) -> None:
 # --- the parent: start both ranks, read their reports -----------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Report]:
     """Run both ranks once for the whole module; rank -> its report."""
     if importlib.util.find_spec("torch") is None:
         require("torch")  # skips here, or fails when this run requires torch
     directory = tmp_path_factory.mktemp("ranks")
-    env = {
-        **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")])),
-    }
+    env = child_env(
+        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}, python_path=[SUPPORT]
+    )
     children = [
         subprocess.Popen(
             [sys.executable, __file__, str(rank), str(directory / f"rank{rank}.json")],

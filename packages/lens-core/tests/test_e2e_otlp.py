@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from lens_env import clear_settings
 from lens_receivers import OtlpReceiver, Received
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
@@ -29,23 +30,6 @@ from nemo.lens.testing import isolated_telemetry
 from nemo.lens.version import __version__
 
 pytestmark = pytest.mark.e2e
-
-OTLP_ENV = (
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_COMPRESSION",
-    "OTEL_EXPORTER_OTLP_INSECURE",
-    "OTEL_METRIC_EXPORT_INTERVAL",
-    "OTEL_RESOURCE_ATTRIBUTES",
-    "OTEL_SERVICE_NAME",
-    "DEPLOYMENT_ENV",
-    "ENVIRONMENT",
-)
 
 SPECS = [
     MetricSpec("steps", "e2e.steps", "counter"),
@@ -63,8 +47,8 @@ CALLER_RESOURCE: dict[str, Any] = {
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in OTLP_ENV:
-        monkeypatch.delenv(name, raising=False)
+    # The resource's deployment.environment comes from these two as well.
+    clear_settings(monkeypatch, also_strip=("DEPLOYMENT_ENV", "ENVIRONMENT"))
     # Only shutdown's flush exports, so the receivers see a known number of exports.
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "600000")
     with isolated_telemetry(clear_span_registry=True):

@@ -9,7 +9,6 @@ value, with what the test recorded.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lens_children import free_port
 from lens_integrations import require_program
 
 from nemo.lens import MetricSpec, NemoLensConfig, record_metrics, register_metric_group
@@ -39,17 +39,9 @@ SPECS = [
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("OTEL_EXPORTER_PROMETHEUS_HOST", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"):
-        monkeypatch.delenv(name, raising=False)
+def _isolated(clean_environ: pytest.MonkeyPatch) -> Iterator[None]:
     with isolated_telemetry(clear_span_registry=True):
         yield
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def get(url: str) -> bytes:

@@ -10,6 +10,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from lens_children import free_port
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -26,28 +27,11 @@ from nemo.lens._sdk._exporters import build_metric_reader, build_span_exporter
 from nemo.lens.errors import LensValueError
 from nemo.lens.testing import isolated_telemetry
 
-PROTOCOL_ENV = (
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-    "OTEL_EXPORTER_PROMETHEUS_HOST",
-    "OTEL_EXPORTER_PROMETHEUS_PORT",
-    "OTEL_METRIC_EXPORT_INTERVAL",
-)
-
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in PROTOCOL_ENV:
-        monkeypatch.delenv(name, raising=False)
+def _isolated(clean_environ: pytest.MonkeyPatch) -> Iterator[None]:
     with isolated_telemetry(clear_span_registry=True):
         yield
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_protocol_defaults_to_grpc_and_signal_variable_wins() -> None:

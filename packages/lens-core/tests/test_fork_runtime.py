@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from lens_children import free_port
 from lens_exporters import RecordingMetricExporter
 from lens_fork import in_child
 from opentelemetry.sdk.metrics.export import (
@@ -47,8 +48,7 @@ SPECS = [MetricSpec("steps", "fork.steps", "counter"), MetricSpec("loss", "fork.
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("OTEL_METRIC_EXPORT_INTERVAL", raising=False)
+def _isolated(clean_environ: pytest.MonkeyPatch) -> Iterator[None]:
     with isolated_telemetry(clear_span_registry=True):
         yield
 
@@ -248,9 +248,7 @@ def test_child_drops_inherited_open_spans_and_draws_fresh_ids() -> None:
 
 def test_child_releases_the_prometheus_socket(monkeypatch: pytest.MonkeyPatch) -> None:
     """The child's copy of the Prometheus listening socket is closed; the parent keeps serving."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
     handle = setup_telemetry(
         NemoLensConfig(enabled=True, exporter="prometheus"), span_exporter=RecordingSpanExporter()
@@ -269,9 +267,7 @@ def test_child_releases_the_prometheus_socket(monkeypatch: pytest.MonkeyPatch) -
 
 def test_child_closes_its_copies_of_the_scrapes_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scrape served at fork time is closed in the child and still answered by the parent."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
     handle = setup_telemetry(
         NemoLensConfig(enabled=True, exporter="prometheus"), span_exporter=RecordingSpanExporter()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import ClassVar
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lens_children import run_child
+from lens_children import python_stdout, run_child
+from lens_env import clear_settings
 
 from nemo.lens import (
     NemoLensConfig,
@@ -143,19 +143,15 @@ except ValueError as exc:
 """
 
 
-def span_groups_free_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Drop every inherited `*_SPAN_GROUPS`, lens prefix and OTel variable to start clean."""
-    prefixes = ("NEMO_LENS_", "NEMO_RL_OTEL_", "MY_OTEL_", "OTEL_")
-    for name in list(os.environ):
-        if name.endswith("_SPAN_GROUPS") or name.startswith(prefixes):
-            monkeypatch.delenv(name)
+# The prefixes these tests read settings under, besides lens's own; cleared from the start.
+CONSUMER_PREFIXES = ("NEMO_RL_OTEL_", "MY_OTEL_")
 
 
 def test_strict_error_names_the_environment_variable_the_spec_came_from(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """from_env + setup: the unknown-part error names `NEMO_RL_OTEL_SPAN_GROUPS` and its value."""
-    span_groups_free_environment(monkeypatch)
+    clear_settings(monkeypatch, also_strip=CONSUMER_PREFIXES)
     run = run_child(
         STRICT_SETUP_CHILD,
         {"NEMO_RL_OTEL_ENABLED": "true", "NEMO_RL_OTEL_SPAN_GROUPS": "default, Per_Stp"},
@@ -173,7 +169,7 @@ def test_strict_error_names_the_fallback_prefix_variable_when_that_one_was_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With only `NEMO_LENS_SPAN_GROUPS` set, the error names that variable."""
-    span_groups_free_environment(monkeypatch)
+    clear_settings(monkeypatch, also_strip=CONSUMER_PREFIXES)
     run = run_child(
         STRICT_SETUP_CHILD,
         {"NEMO_RL_OTEL_ENABLED": "true", "NEMO_LENS_SPAN_GROUPS": "stepp"},
@@ -189,7 +185,7 @@ def test_strict_error_for_a_spec_set_in_code_names_no_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A spec assigned in code (an unrelated variable set) keeps the plain message."""
-    span_groups_free_environment(monkeypatch)
+    clear_settings(monkeypatch, also_strip=CONSUMER_PREFIXES)
     program = STRICT_SETUP_CHILD.replace("try:", 'config.span_groups = "optimiser"\ntry:', 1)
     run = run_child(
         program,
@@ -207,7 +203,7 @@ def test_strict_error_names_the_variable_from_env_read_under_the_fallback_prefix
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Setup's strict error names `NEMO_LENS_SPAN_GROUPS`, the variable from_env read."""
-    span_groups_free_environment(monkeypatch)
+    clear_settings(monkeypatch, also_strip=CONSUMER_PREFIXES)
     monkeypatch.setenv("MY_OTEL_ENABLED", "true")
     monkeypatch.setenv("NEMO_LENS_SPAN_GROUPS", "per_stp")
     config = NemoLensConfig.from_env(prefix="MY_OTEL", fallback_prefix="NEMO_LENS")
@@ -224,7 +220,7 @@ def test_strict_error_for_a_spec_set_in_code_ignores_a_variable_listing_the_toke
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A spec assigned in code names no variable, though some `*_SPAN_GROUPS` lists its token."""
-    span_groups_free_environment(monkeypatch)
+    clear_settings(monkeypatch, also_strip=CONSUMER_PREFIXES)
     monkeypatch.setenv("MY_OTEL_ENABLED", "true")
     monkeypatch.setenv("NEMO_LENS_SPAN_GROUPS", "default")
     monkeypatch.setenv("OTHER_JOB_SPAN_GROUPS", "per_stp")  # read by nobody here
@@ -418,17 +414,11 @@ def test_subclass_resolution_pins_the_gate() -> None:
 
 def test_registry_is_empty_at_import() -> None:
     """lens registers nothing: a fresh interpreter sees no namespace and no group."""
-    import subprocess
-    import sys
-
     code = (
         "from nemo.lens import SpanRegistry as R;"
         "print(R.namespaces(), sorted(R.groups()), sorted(R.presets()))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=True, capture_output=True, text=True
-    ).stdout
-    assert out.strip() == "[] [] ['all']"
+    assert python_stdout("-c", code).strip() == "[] [] ['all']"
 
 
 def test_register_normalises_names_and_reports_them() -> None:

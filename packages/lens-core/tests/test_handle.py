@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 
 import lens_otlp_json
 import pytest
+from lens_children import child_env, run_python
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -220,15 +218,8 @@ atexit.register(handle.shutdown)  # as MLM does
 
 def test_shutdown_from_an_atexit_handler_flushes_without_error() -> None:
     """shutdown() run by atexit (where some Pythons refuse new threads) exports and never raises."""
-    environ = {**os.environ, "OTEL_METRIC_EXPORT_INTERVAL": "600000"}
-    result = subprocess.run(
-        [sys.executable, "-c", ATEXIT_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environ,
-        check=False,
-    )
+    environ = child_env({"OTEL_METRIC_EXPORT_INTERVAL": "600000"})
+    result = run_python("-c", ATEXIT_SCRIPT, env=environ)
     assert result.returncode == 0, result.stderr
     assert "Exception" not in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -173,15 +173,47 @@ def test_redact_keys_none_means_the_defaults_and_a_set_extends_them(
     assert dict(one(spans, "custom").attributes) == {"password": "[REDACTED]", "api": "[REDACTED]"}
 
 
-def test_none_and_non_recording_spans_return_at_once() -> None:
-    """A None span or a non-recording span is accepted and nothing happens."""
+class WatchedAttributes(Mapping[str, object]):
+    """Attributes that count every read. An exception raised on a read would prove nothing:
+    safe_set_span_attributes swallows it (and logs it) like any other failure."""
 
-    class Exploding:
-        def items(self) -> Any:
-            raise AssertionError("attributes must not be read")
+    def __init__(self, **attributes: object) -> None:
+        self._attributes = attributes
+        self.reads = 0
 
-    safe_set_span_attributes(None, Exploding())  # type: ignore[arg-type]
-    safe_set_span_attributes(trace.INVALID_SPAN, Exploding())  # type: ignore[arg-type]
+    def __getitem__(self, key: str) -> object:
+        self.reads += 1
+        return self._attributes[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.reads += 1
+        return iter(self._attributes)
+
+    def __len__(self) -> int:
+        self.reads += 1
+        return len(self._attributes)
+
+
+def test_none_and_non_recording_spans_return_at_once(
+    spans: InMemorySpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A None or non-recording span returns before the attributes are read: no read, no
+    warning; the same attributes on a recording span are read and exported."""
+    skipped = {"none": WatchedAttributes(a=1), "non-recording": WatchedAttributes(a=1)}
+    with caplog.at_level(logging.DEBUG, logger="nemo.lens"):
+        safe_set_span_attributes(None, skipped["none"])
+        safe_set_span_attributes(trace.INVALID_SPAN, skipped["non-recording"])
+    assert {case: watched.reads for case, watched in skipped.items()} == {
+        "none": 0,
+        "non-recording": 0,
+    }
+    assert caplog.records == []
+
+    read = WatchedAttributes(a=1)
+    with spans.tracer.start_as_current_span("s") as span:
+        safe_set_span_attributes(span, read)
+    assert read.reads > 0
+    assert dict(one(spans, "s").attributes) == {"a": 1}
 
 
 def test_current_span_shape(spans: InMemorySpans) -> None:
@@ -268,7 +300,7 @@ def test_disabled_path_is_one_shared_object() -> None:
 
 def test_gate_is_checked_before_anything_else(monkeypatch: pytest.MonkeyPatch) -> None:
     """The gate decides first: with it off, no span class, tracer or attribute is touched."""
-    monkeypatch.setattr(nemo.lens.helpers, "_Span", None)
+    monkeypatch.setattr(nemo.lens.helpers, "SpanLifecycle", None)
     monkeypatch.setattr(nemo.lens.helpers, "trace", None)
     monkeypatch.setattr(nemo.lens.helpers, "safe_set_span_attributes", None)
     with managed_span("step", "x", weird=object()) as span:

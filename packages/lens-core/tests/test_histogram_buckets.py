@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -226,11 +225,8 @@ def test_a_reader_asking_for_explicit_buckets_keeps_each_histograms_advisory() -
 
 
 @pytest.fixture
-def setup_telemetry(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def setup_telemetry(clean_environ: pytest.MonkeyPatch) -> Iterator[Any]:
     """setup_telemetry with in-memory exporters, every lens global reset around the test."""
-    for name in list(os.environ):
-        if name.startswith(("OTEL_", "NEMO_LENS_")):
-            monkeypatch.delenv(name)
     handles: list[Any] = []
 
     def setup(reader: InMemoryMetricReader) -> Any:

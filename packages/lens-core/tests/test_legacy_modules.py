@@ -13,12 +13,12 @@ import importlib.util
 import json
 import pathlib
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from importlib.machinery import PathFinder
 
 import pytest
+from lens_children import run_python
 
 import nemo.lens
 from nemo.lens import _legacy_modules
@@ -435,13 +435,7 @@ def test_importing_nemo_lens_installs_the_finder() -> None:
         "import nemo.lens\n"
         "print(json.dumps({'before': before, 'after': finders()}))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=CHILD_TIMEOUT,
-    )
+    result = run_python("-c", script, timeout_s=CHILD_TIMEOUT)
 
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

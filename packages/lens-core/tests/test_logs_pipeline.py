@@ -22,19 +22,9 @@ from nemo.lens.testing import isolated_telemetry
 
 LOGGER_NAME = "lens.tests.logs"
 
-OTLP_ENV = (
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
-    "OTEL_BLRP_SCHEDULE_DELAY",
-)
-
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in OTLP_ENV:
-        monkeypatch.delenv(name, raising=False)
+def _isolated(clean_environ: pytest.MonkeyPatch) -> Iterator[None]:
     logger = logging.getLogger(LOGGER_NAME)
     logger.setLevel(logging.INFO)
     with isolated_telemetry(clear_span_registry=True):

@@ -9,13 +9,13 @@ environment, because the exporters read the real one.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lens_cli import clean_env, run_lens
+from lens_children import child_env, free_port, run_python
+from lens_cli import run_lens
+from lens_env import clean_env
 
 from nemo.lens._otel_env import (
     DEFAULT_METRIC_EXPORT_TIMEOUT_MS,
@@ -227,14 +227,7 @@ os._exit(0)
 def setup_in_child(closed_port: int, **variables: str) -> tuple[dict[str, Any], str]:
     """Run an enabled OTLP setup in a fresh process; its outcome and its log (stderr)."""
     settings = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port}", **variables}
-    result = subprocess.run(
-        [sys.executable, "-c", _SETUP_CHILD],
-        env=clean_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_python("-c", _SETUP_CHILD, env=child_env(settings))
     assert result.returncode == 0, result.stderr
     outcome: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
     return outcome, result.stderr
@@ -243,12 +236,7 @@ def setup_in_child(closed_port: int, **variables: str) -> tuple[dict[str, Any], 
 @pytest.fixture
 def closed_port() -> int:
     """A port on 127.0.0.1 that nothing listens on."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
+    return free_port()
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,9 @@ import importlib.metadata
 import json
 import pathlib
 import pkgutil
-import subprocess
-import sys
 
 import pytest
+from lens_children import python_stdout
 
 import nemo
 import nemo.lens
@@ -109,16 +108,10 @@ def test_unknown_root_attribute_is_an_attribute_error() -> None:
 def test_bare_import_loads_no_submodule_but_version() -> None:
     """`import nemo.lens` alone loads only the package, its version module and the finder
     of the shims' legacy modules (which must be in place before any submodule import)."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, nemo.lens; print(sorted(m for m in sys.modules if m.startswith('nemo.lens')))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == (
+    assert python_stdout("-c", code).strip() == (
         "['nemo.lens', 'nemo.lens._legacy_modules', 'nemo.lens.version']"
     )
 
@@ -126,14 +119,8 @@ def test_bare_import_loads_no_submodule_but_version() -> None:
 def test_bare_import_loads_no_sdk_integration_or_runtime() -> None:
     """`import nemo.lens` loads no SDK, exporter, instrumentation, Ray or torch, and none of
     lens's optional modules (distributed, contrib, resources, testing, ...)."""
-    import subprocess
-    import sys
-
     code = "import sys, nemo.lens; print('\\n'.join(sorted(sys.modules)))"
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    loaded = result.stdout.split()
+    loaded = python_stdout("-c", code).split()
     forbidden = (
         "opentelemetry.sdk",
         "opentelemetry.exporter",
@@ -178,12 +165,4 @@ def test_importing_an_integration_loads_none_of_its_packages(
         f"    if m.split('.')[0] in {third_party!r}\n"
         "    or m.startswith('opentelemetry.instrumentation'))))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-W", "error", "-c", script],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-
-    assert json.loads(result.stdout) == []
+    assert json.loads(python_stdout("-W", "error", "-c", script)) == []

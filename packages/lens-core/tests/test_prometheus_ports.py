@@ -10,7 +10,7 @@ import socket
 from typing import Any
 
 import pytest
-from lens_children import run_child
+from lens_children import free_port, run_child
 
 from nemo.lens import _otel_env
 from nemo.lens.errors import LensValueError
@@ -50,9 +50,7 @@ print(json.dumps(outcome))
 def free_run(length: int) -> int:
     """A base port such that base .. base + length - 1 are free on 127.0.0.1 right now."""
     for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base: int = probe.getsockname()[1]
+        base = free_port()
         if base + length > 65535:
             continue
         try:

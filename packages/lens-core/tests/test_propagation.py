@@ -114,15 +114,14 @@ def test_inject_never_raises(spans: InMemorySpans, caplog: pytest.LogCaptureFixt
     assert "inject_context failed" in caplog.records[0].getMessage()
 
 
-def test_install_w3c_propagator(monkeypatch: pytest.MonkeyPatch, spans: InMemorySpans) -> None:
+def test_install_w3c_propagator(clean_environ: pytest.MonkeyPatch, spans: InMemorySpans) -> None:
     """Setup's propagator is tracecontext plus baggage, unless OTEL_PROPAGATORS is set."""
-    monkeypatch.delenv("OTEL_PROPAGATORS", raising=False)
     propagate.set_global_textmap(CompositePropagator([]))
     install_w3c_propagator()
     assert propagate.get_global_textmap().fields == {"traceparent", "tracestate", "baggage"}
     chosen = CompositePropagator([])
     propagate.set_global_textmap(chosen)
-    monkeypatch.setenv("OTEL_PROPAGATORS", "b3")
+    clean_environ.setenv("OTEL_PROPAGATORS", "b3")
     install_w3c_propagator()
     assert propagate.get_global_textmap() is chosen
 

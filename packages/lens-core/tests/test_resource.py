@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from nemo.lens._resource import clean_attributes, resource_attributes
 from nemo.lens._sdk._pipeline import build_resource
-from nemo.lens.resources import detect_resource
+from nemo.lens.resources import clean_attributes, detect_resource, resource_attributes
 from nemo.lens.version import __version__
 
 
@@ -170,7 +169,7 @@ def test_unsupported_caller_values_are_dropped_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Values the SDK cannot carry are dropped, each warning naming its key."""
-    caplog.set_level(logging.WARNING, logger="nemo.lens._resource")
+    caplog.set_level(logging.WARNING, logger="nemo.lens.resources")
     cleaned = clean_attributes(
         {"ok": 1.5, "none": None, "mixed": [1, "a"], "obj": object(), 3: "x", "flags": (True,)}
     )
@@ -182,7 +181,7 @@ def test_unsupported_caller_values_are_dropped_with_a_warning(
 
 def test_non_mapping_caller_attributes_are_ignored(caplog: pytest.LogCaptureFixture) -> None:
     """A non-mapping is ignored with a warning."""
-    caplog.set_level(logging.WARNING, logger="nemo.lens._resource")
+    caplog.set_level(logging.WARNING, logger="nemo.lens.resources")
     assert clean_attributes(["a"]) == {}
     assert "must be a mapping" in caplog.text
 

@@ -11,7 +11,6 @@ import logging
 import os
 import socket
 import stat
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from lens_children import python_stdout
 from lens_fork import in_child
 
 from nemo.lens import resources
@@ -504,7 +504,4 @@ print(json.dumps({"root_loaded": root_loaded, "started": started}))
 
 def test_import_starts_no_process_and_the_root_does_not_load_it() -> None:
     """Importing the module runs no subprocess, and `import nemo.lens` does not import it."""
-    out = subprocess.run(
-        [sys.executable, "-c", AUDIT_IMPORT], check=True, capture_output=True, text=True, timeout=60
-    ).stdout
-    assert json.loads(out) == {"root_loaded": False, "started": []}
+    assert json.loads(python_stdout("-c", AUDIT_IMPORT)) == {"root_loaded": False, "started": []}

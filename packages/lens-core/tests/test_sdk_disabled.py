@@ -6,10 +6,9 @@ Each case runs in a child interpreter with only the variables it sets.
 from __future__ import annotations
 
 import json
-import socket
 from typing import Any
 
-from lens_children import run_child
+from lens_children import free_port, run_child
 
 from nemo.lens import _otel_env
 
@@ -37,14 +36,6 @@ outcome = {
 handle.shutdown(timeout_ms=500)
 print(json.dumps(outcome))
 """
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def setup_with(**variables: str) -> tuple[dict[str, Any], str]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
+
+from lens_children import python_stdout
 
 from nemo.lens import semconv
 
@@ -129,7 +129,4 @@ def test_module_has_no_imports() -> None:
 def test_root_import_does_not_load_semconv() -> None:
     """`import nemo.lens` leaves semconv unloaded."""
     code = "import sys, nemo.lens; print('nemo.lens.semconv' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=True, capture_output=True, text=True
-    ).stdout
-    assert out.strip() == "False"
+    assert python_stdout("-c", code).strip() == "False"

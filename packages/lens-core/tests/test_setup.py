@@ -10,6 +10,7 @@ from typing import Any
 
 import lens_otlp_json
 import pytest
+from lens_env import clear_settings
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -30,20 +31,11 @@ from nemo.lens import (
 )
 from nemo.lens.testing import in_memory_metrics, isolated_telemetry
 
-OTEL_ENV = (
-    "OTEL_METRIC_EXPORT_INTERVAL",
-    "OTEL_PROPAGATORS",
-    "OTEL_RESOURCE_ATTRIBUTES",
-    "OTEL_SERVICE_NAME",
-    "SLURM_JOB_ID",
-    "LOCAL_RANK",
-)
-
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in OTEL_ENV:
-        monkeypatch.delenv(name, raising=False)
+    # Setup also reads the run id and the local rank from the environment.
+    clear_settings(monkeypatch, also_strip=("SLURM_JOB_ID", "LOCAL_RANK"))
     with isolated_telemetry(clear_span_registry=True):
         yield
 

@@ -10,7 +10,6 @@ retrying against a dead port outlives its test, and exit itself can be timed.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -187,10 +186,8 @@ def test_a_forked_child_leaving_normally_does_not_shut_down_its_parents_pipeline
 
 
 @pytest.fixture
-def clean_otlp_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    for name in list(os.environ):
-        if name.startswith("OTEL_"):
-            monkeypatch.delenv(name)
+def clean_otlp_env(clean_environ: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    monkeypatch = clean_environ
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "600000")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
     with isolated_telemetry(clear_span_registry=True):

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from lens_children import run_child
+from lens_children import run_child, run_python
 from lens_integrations import require
 from lens_spans import one
 
@@ -210,7 +208,6 @@ def test_mypy_strict_accepts_the_idioms_and_still_checks_positional_arguments(
     wrong.write_text(textwrap.dedent(WRONG_CALLS))
     root = Path(__file__).resolve().parents[3]
     command = [
-        sys.executable,
         "-m",
         "mypy",
         "--config-file",
@@ -219,23 +216,11 @@ def test_mypy_strict_accepts_the_idioms_and_still_checks_positional_arguments(
         str(tmp_path / "cache"),
         "--no-error-summary",
     ]
-    good = subprocess.run(
-        [*command, str(EXAMPLES), str(OPTIONAL_LENS)],
-        capture_output=True,
-        text=True,
-        timeout=MYPY_TIMEOUT_S,
-        cwd=root,
-        check=False,
+    good = run_python(
+        *command, str(EXAMPLES), str(OPTIONAL_LENS), cwd=root, timeout_s=MYPY_TIMEOUT_S
     )
     assert (good.returncode, good.stdout) == (0, "")
-    bad = subprocess.run(
-        [*command, str(wrong)],
-        capture_output=True,
-        text=True,
-        timeout=MYPY_TIMEOUT_S,
-        cwd=root,
-        check=False,
-    )
+    bad = run_python(*command, str(wrong), cwd=root, timeout_s=MYPY_TIMEOUT_S)
     flagged = sorted(
         {int(line.split(":")[1]) for line in bad.stdout.splitlines() if ": error:" in line}
     )

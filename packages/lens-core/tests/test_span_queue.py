@@ -9,7 +9,6 @@ drop: in the `nemo.lens.spans.dropped` counter and in one warning at shutdown.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -31,10 +30,7 @@ COLLECTOR_LATENCY_S = 0.1
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("OTEL_"):
-            monkeypatch.delenv(name)
+def _isolated(clean_environ: pytest.MonkeyPatch) -> Iterator[None]:
     with isolated_telemetry(clear_span_registry=True):
         yield
 

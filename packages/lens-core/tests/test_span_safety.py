@@ -23,6 +23,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 import pytest
+from lens_env import clear_settings
 from lens_spans import one
 
 from nemo.lens import (
@@ -215,8 +216,7 @@ def test_a_real_otlp_export_delivers_odd_names(
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
     receiver = Receiver()
     try:
-        for variable in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS"):
-            monkeypatch.delenv(variable, raising=False)
+        clear_settings(monkeypatch)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         handle = setup_telemetry(

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import ast
 import logging
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lens_children import run_child
+from lens_children import python_stdout, run_child
+from lens_env import clear_settings
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -52,10 +50,7 @@ def test_every_group_is_off_before_any_set_call() -> None:
         "from nemo.lens.state import is_span_group_enabled as on, enabled_span_groups as e;"
         "print(on('job'), on('step'), on('anything'), sorted(e()))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=True, capture_output=True, text=True
-    ).stdout
-    assert out.strip() == "False False False []"
+    assert python_stdout("-c", code).strip() == "False False False []"
 
 
 def test_gate_lives_in_state_and_is_re_exported() -> None:
@@ -185,23 +180,16 @@ handle.shutdown()
 """
 
 
-def run_lenient_child(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], *args: str) -> str:
+def run_lenient_child(environ: dict[str, str], *args: str) -> str:
     """Run LENIENT_CHILD with only `environ`'s span-group variables; return its stdout."""
-    for name in list(os.environ):
-        if name.endswith("_SPAN_GROUPS") or name.startswith(("NEMO_LENS_", "NEMO_RL_OTEL_")):
-            monkeypatch.delenv(name)
-    run = run_child(LENIENT_CHILD, environ, CHILD_TIMEOUT_S, *args)
+    run = run_child(LENIENT_CHILD, environ, CHILD_TIMEOUT_S, *args, also_strip=("NEMO_RL_OTEL_",))
     assert (run.returncode, run.timed_out) == (0, False), run.stderr
     return run.stdout
 
 
-def test_unknown_token_warning_names_the_environment_variable(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_unknown_token_warning_names_the_environment_variable() -> None:
     """A typo read from `NEMO_RL_OTEL_SPAN_GROUPS` is warned about with that variable named."""
-    stdout = run_lenient_child(
-        monkeypatch, {"NEMO_RL_OTEL_SPAN_GROUPS": "per_stp,training"}, "keep"
-    )
+    stdout = run_lenient_child({"NEMO_RL_OTEL_SPAN_GROUPS": "per_stp,training"}, "keep")
     (line,) = stdout.splitlines()
     assert line.startswith("nemo.lens.state: span_groups 'per_stp,training' names unknown")
     assert line.endswith(
@@ -210,11 +198,9 @@ def test_unknown_token_warning_names_the_environment_variable(
     )
 
 
-def test_empty_registry_warning_names_the_environment_variable(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_empty_registry_warning_names_the_environment_variable() -> None:
     """Once nothing is registered, the warning names `NEMO_LENS_SPAN_GROUPS`, the one read."""
-    stdout = run_lenient_child(monkeypatch, {"NEMO_LENS_SPAN_GROUPS": "rollout"}, "unregister")
+    stdout = run_lenient_child({"NEMO_LENS_SPAN_GROUPS": "rollout"}, "unregister")
     (line,) = stdout.splitlines()
     assert "no namespace has registered groups" in line
     assert line.endswith(
@@ -222,13 +208,9 @@ def test_empty_registry_warning_names_the_environment_variable(
     )
 
 
-def test_warning_for_a_spec_set_in_code_names_no_variable(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_warning_for_a_spec_set_in_code_names_no_variable() -> None:
     """A spec assigned in code over the environment's valid one names no variable."""
-    stdout = run_lenient_child(
-        monkeypatch, {"NEMO_RL_OTEL_SPAN_GROUPS": "training"}, "keep", "trainin"
-    )
+    stdout = run_lenient_child({"NEMO_RL_OTEL_SPAN_GROUPS": "training"}, "keep", "trainin")
     (line,) = stdout.splitlines()
     assert "span_groups 'trainin' names unknown span groups or presets ['trainin']" in line
     assert "environment variable" not in line
@@ -243,9 +225,7 @@ def lenient_setup_warnings(
 ) -> list[str]:
     """Register a namespace, set up from `from_env(MY_OTEL, NEMO_LENS)` (its spec replaced
     by `in_code` when given) and return the state warnings setup's lenient path logged."""
-    for name in list(os.environ):
-        if name.endswith("_SPAN_GROUPS") or name.startswith(("NEMO_LENS_", "MY_OTEL_", "OTEL_")):
-            monkeypatch.delenv(name)
+    clear_settings(monkeypatch, also_strip=("MY_OTEL_",))
     for name, value in {"MY_OTEL_ENABLED": "true", **environ}.items():
         monkeypatch.setenv(name, value)
     SpanRegistry.register("nemo_rl", ["rollout", "training"])

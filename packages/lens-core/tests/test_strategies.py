@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lens_cli import clean_env
+from lens_children import child_env, run_python
 
 from nemo.lens import strategies
 from nemo.lens.config import NemoLensConfig
@@ -237,13 +235,11 @@ for _ in range(3):
 @pytest.mark.parametrize("rank", [0, 3])
 def test_every_rank_of_a_job_warns_once_when_export_rank_is_outside_the_world(rank: int) -> None:
     """Each rank process (PREFIX_EXPORT_RANK=8 of 4) exports nothing and logs one warning."""
-    result = subprocess.run(
-        [sys.executable, "-c", _RANK_CHILD, str(rank)],
-        env=clean_env({"NEMO_LENS_ENABLED": "1", "NEMO_LENS_EXPORT_RANK": "8"}),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    result = run_python(
+        "-c",
+        _RANK_CHILD,
+        str(rank),
+        env=child_env({"NEMO_LENS_ENABLED": "1", "NEMO_LENS_EXPORT_RANK": "8"}),
     )
 
     assert result.returncode == 0, result.stderr

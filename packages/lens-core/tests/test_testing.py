@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
+from lens_children import python_stdout
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.metrics import _internal as metrics_internal
 from opentelemetry.propagators.composite import CompositePropagator
@@ -33,8 +33,7 @@ from nemo.lens.strategies import BUILTIN_STRATEGIES
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("OTEL_PROPAGATORS", raising=False)
+def _isolated(clean_environ: pytest.MonkeyPatch) -> Iterator[None]:
     with lens_testing.isolated_telemetry(clear_span_registry=True):
         yield
 
@@ -208,10 +207,7 @@ def test_consumer_style_private_resets_still_work() -> None:
 def test_nemo_lens_does_not_import_testing() -> None:
     """The package root never imports nemo.lens.testing (checked in a fresh interpreter)."""
     code = "import sys, nemo.lens; print('nemo.lens.testing' in sys.modules)"
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert result.stdout.strip() == "False"
+    assert python_stdout("-c", code).strip() == "False"
 
 
 class _BrokenSpan:

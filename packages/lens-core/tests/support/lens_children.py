@@ -1,23 +1,38 @@
-"""Running a lens program in a fresh child interpreter, bounded, and timing its exit.
+"""Child interpreters for tests, bounded by a timeout, and a free port for them to use.
 
-The child inherits the environment without any `OTEL_*` variable, plus the ones given.
-It prints `MARKER` on a line of its own at the moment that matters (`shutdown()` just
-returned, or its last statement ran); the parent timestamps that line as it arrives and
-reports how long the child took from there to exit. A child that outlives its timeout is
-killed. `benchmarks/bench_reliability.py` uses this module too.
+Every child starts from `child_env`: this process's environment without a lens or
+OpenTelemetry setting (`lens_env.clean_env`) and without the variables that change what an
+interpreter imports (PYTHONPATH, ...), so it imports what is installed and nothing else; a
+child that needs more gets it through `python_path`. `run_python` runs `python ARGS` to
+completion and hands back what it printed; `python_stdout` also requires it to exit 0.
+
+`run_child` runs `python -c program` for exit timing: the child prints `MARKER` on a line
+of its own at the moment that matters (`shutdown()` just returned, or its last statement
+ran); the parent timestamps that line as it arrives and reports how long the child took
+from there to exit. A child that outlives its timeout is killed.
+
+Only the standard library is imported at module level: the API-only session loads this
+module (through `lens_shims`), and `benchmarks/bench_reliability.py` uses it outside pytest.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lens_receivers import signal_endpoint
+from lens_env import clean_env
+
+#: A child that hangs is killed after this long unless its caller allows more.
+CHILD_TIMEOUT_S = 120.0
+# Variables that would change what a child imports; it gets only the PYTHONPATH it is given.
+IMPORT_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH")
 
 #: The line a child prints at the moment its exit is timed from.
 MARKER = "lens-child-marker"
@@ -35,10 +50,72 @@ class ChildRun:
     after_marker_s: float | None
 
 
-def run_child(program: str, environ: dict[str, str], timeout_s: float, *args: str) -> ChildRun:
-    """Run `python -c program *args`, killing it after `timeout_s`; time its exit."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
-    env.update(environ)
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def child_env(
+    extra: Mapping[str, str] | None = None,
+    *,
+    python_path: Sequence[str | os.PathLike[str]] = (),
+    also_strip: tuple[str, ...] = (),
+) -> dict[str, str]:
+    """The environment a child starts with (see the module docstring), plus `extra`; its
+    PYTHONPATH is `python_path` alone. `also_strip` as for `lens_env.clean_env`."""
+    env = clean_env(also_strip=also_strip + IMPORT_VARIABLES)
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join(str(entry) for entry in python_path)
+    env.update(extra or {})
+    return env
+
+
+def run_python(
+    *arguments: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    python: str | os.PathLike[str] = sys.executable,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout_s: float = CHILD_TIMEOUT_S,
+) -> subprocess.CompletedProcess[str]:
+    """Run `python ARGUMENTS` (this interpreter unless `python` says otherwise) to
+    completion in `env` (`child_env()` by default); a child still running after
+    `timeout_s` is killed and the test fails with `subprocess.TimeoutExpired`."""
+    return subprocess.run(
+        [str(python), *(str(argument) for argument in arguments)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        env=child_env() if env is None else dict(env),
+        timeout=timeout_s,
+    )
+
+
+def python_stdout(
+    *arguments: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout_s: float = CHILD_TIMEOUT_S,
+) -> str:
+    """What `run_python(*arguments, ...)` printed; the child must exit 0 (its stderr is the
+    failure message otherwise)."""
+    result = run_python(*arguments, env=env, cwd=cwd, timeout_s=timeout_s)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def run_child(
+    program: str,
+    environ: Mapping[str, str],
+    timeout_s: float,
+    *args: str,
+    also_strip: tuple[str, ...] = (),
+) -> ChildRun:
+    """Run `python -c program *args` in `child_env(environ, also_strip=also_strip)`,
+    killing it after `timeout_s`; time its exit."""
+    env = child_env(environ, also_strip=also_strip)
     stamped: queue.Queue[tuple[str, float]] = queue.Queue()
     stderr: list[str] = []
     with subprocess.Popen(
@@ -92,6 +169,10 @@ def run_child(program: str, environ: dict[str, str], timeout_s: float, *args: st
 
 def otlp_env(transport: str, traces: str, metrics: str) -> dict[str, str]:
     """OTLP over `transport` to these endpoints; only shutdown's metrics export runs."""
+    # Here, not at the top: lens_receivers needs opentelemetry-proto, which the API-only
+    # session lacks, and it takes `free_port` from this module.
+    from lens_receivers import signal_endpoint
+
     return {
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc" if transport == "grpc" else "http/protobuf",
         "OTEL_EXPORTER_OTLP_INSECURE": "true",

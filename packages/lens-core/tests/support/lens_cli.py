@@ -22,18 +22,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-# Settings a developer's shell may carry that would change what a command does.
-LENS_SETTING_PREFIXES = ("NEMO_LENS_", "OTEL_")
-
-
-def clean_env(
-    extra: Mapping[str, str] | None = None, *, also_strip: tuple[str, ...] = ()
-) -> dict[str, str]:
-    """This process's environment without lens or OpenTelemetry settings, plus `extra`."""
-    prefixes = LENS_SETTING_PREFIXES + also_strip
-    env = {key: value for key, value in os.environ.items() if not key.startswith(prefixes)}
-    env.update(extra or {})
-    return env
+from lens_children import child_env, run_python
+from lens_env import clean_env
 
 
 @dataclass(frozen=True)
@@ -92,7 +82,7 @@ def run_lens(
     *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
 ) -> LensResult:
     """Run `lens ARGS` in this process (see the module docstring); `env` as from
-    `clean_env`, which is also the default."""
+    `lens_env.clean_env`, which is also the default."""
     from nemo.lens.cli import main
     from nemo.lens.testing import isolated_telemetry
 
@@ -114,13 +104,9 @@ def run_lens_process(
     env: Mapping[str, str] | None = None,
     timeout: float = 120.0,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `python -m nemo.lens.cli ARGS` to completion; `env` as from `clean_env`."""
-    return subprocess.run(
-        [sys.executable, "-m", "nemo.lens.cli", *args],
-        capture_output=True,
-        text=True,
-        env=clean_env() if env is None else dict(env),
-        cwd=cwd,
-        timeout=timeout,
-        check=False,
-    )
+    """Run `python -m nemo.lens.cli ARGS` to completion; `env` as from
+    `lens_children.child_env`, which is also the default."""
+    return run_python(
+        "-m", "nemo.lens.cli", *args, env=child_env() if env is None else env, cwd=cwd,
+        timeout_s=timeout,
+    )  # fmt: skip

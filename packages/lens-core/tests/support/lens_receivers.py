@@ -22,19 +22,13 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from lens_children import free_port
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 #: How long a hanging request blocks at most if the receiver is never closed.
 HANG_LIMIT_S = 120.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def dead_endpoint() -> str:

@@ -1,5 +1,5 @@
 """What the deprecation shims' tests share: which shims exist, which are installed, the run's
-LENS_TEST_SHIMS, their fixtures, and a bounded child interpreter.
+LENS_TEST_SHIMS, their fixtures, and the JSON report of a child interpreter.
 
 Used by the root tests/conftest.py and by each shim's tests/conftest.py. Only the standard
 library, pytest and lens-core's API-only modules are imported here: the API-only session
@@ -12,7 +12,6 @@ import importlib
 import importlib.metadata
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lens_children import child_env, run_python
 
 from nemo.lens.instruments import MetricSpec
 from nemo.lens.instruments._legacy_recorder import LegacyRecorder
@@ -32,10 +32,6 @@ from nemo.lens.testing import (
 
 #: The monorepo's packages/ directory, where each shim's sources are.
 PACKAGES = Path(__file__).resolve().parents[3]
-#: A child interpreter that hangs is killed well before pytest's patience runs out.
-CHILD_TIMEOUT = 60
-# Variables that would change what a child imports; a child gets only the PYTHONPATH it is given.
-_IMPORT_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH")
 
 
 @dataclass(frozen=True)
@@ -207,34 +203,17 @@ def pipeline() -> Iterator[InMemoryMetrics]:
     built.shutdown()
 
 
-def run_python(
+def python_report(
     arguments: Sequence[str | os.PathLike[str]],
     *,
     python: str | os.PathLike[str] = sys.executable,
-    python_path: Sequence[str | os.PathLike[str]] | None = None,
+    python_path: Sequence[str | os.PathLike[str]] = (),
     cwd: str | os.PathLike[str] | None = None,
-    timeout: float = CHILD_TIMEOUT,
-) -> subprocess.CompletedProcess[str]:
-    """Run `python ARGUMENTS` (this interpreter unless `python` says otherwise) in a fresh
-    process, killed after `timeout` seconds, with `python_path` as its whole PYTHONPATH."""
-    env = {name: value for name, value in os.environ.items() if name not in _IMPORT_VARIABLES}
-    if python_path is not None:
-        env["PYTHONPATH"] = os.pathsep.join(str(entry) for entry in python_path)
-    return subprocess.run(
-        [str(python), *(str(argument) for argument in arguments)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        env=env,
-        timeout=timeout,
-    )
-
-
-def python_report(arguments: Sequence[str | os.PathLike[str]], **options: Any) -> dict[str, Any]:
-    """What a child run by `run_python` printed as JSON; it must exit 0 with nothing on
-    stderr (no warning, no traceback)."""
-    result = run_python(arguments, **options)
+) -> dict[str, Any]:
+    """What `python ARGUMENTS` (this interpreter unless `python` says otherwise), run by
+    `lens_children.run_python` with `python_path` as its whole PYTHONPATH, printed as JSON;
+    it must exit 0 with nothing on stderr (no warning, no traceback)."""
+    result = run_python(*arguments, env=child_env(python_path=python_path), python=python, cwd=cwd)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     report: dict[str, Any] = json.loads(result.stdout)

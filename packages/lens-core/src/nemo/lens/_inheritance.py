@@ -16,13 +16,13 @@ thing a meter keeps of its provider; see `nemo.lens._otel_internals`).
 from __future__ import annotations
 
 import logging
-import os
 import weakref
 from typing import Any
 
 from opentelemetry import metrics
 
 from nemo.lens import _fork_hooks, _otel_internals
+from nemo.lens._process import BuiltHere
 from nemo.lens._warn_once import WarnOnce
 
 _logger = logging.getLogger(__name__)
@@ -38,9 +38,9 @@ _inherited_consumers: weakref.WeakSet[Any] = weakref.WeakSet()
 _at_fork: weakref.WeakSet[Any] = weakref.WeakSet()
 _pipelines_built = 0
 _inherited_pipeline = False
-# Each logger provider lens built, with the pid that built it. Logs reach a pipeline only
+# Each logger provider lens built, with the process that built it. Logs reach a pipeline only
 # through the global logger provider, so a child's own setup must replace an inherited one.
-_logger_provider_pids: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_logger_providers_built: weakref.WeakKeyDictionary[Any, BuiltHere] = weakref.WeakKeyDictionary()
 
 
 def note_pipeline_built(meter_provider: object | None) -> None:
@@ -53,16 +53,16 @@ def note_pipeline_built(meter_provider: object | None) -> None:
 
 def note_logger_provider(provider: object) -> None:
     """Record that this process built logger provider `provider`."""
-    _logger_provider_pids[provider] = os.getpid()
+    _logger_providers_built[provider] = BuiltHere()
 
 
 def is_inherited_logger_provider(provider: object) -> bool:
     """True when `provider` is a logger provider lens built in a parent of this process."""
     try:
-        pid = _logger_provider_pids.get(provider)
+        built = _logger_providers_built.get(provider)
     except TypeError:  # not weakly referenceable or not hashable: not one of lens's
         return False
-    return pid is not None and pid != os.getpid()
+    return built is not None and not built.here()
 
 
 def note_meter(meter: object) -> None:

@@ -21,13 +21,13 @@ import inspect
 import logging
 import math
 import operator
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from nemo.lens._process import BuiltHere
 from nemo.lens._warn_once import WarnOnce
 
 _logger = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ def with_budget(method: Callable[..., object]) -> Callable[[int], object]:
 # --- at interpreter exit ------------------------------------------------------------------
 
 #: id(key) -> (the pid that registered it, the key, its shutdown taking a budget in ms).
-_at_exit: dict[int, tuple[int, object, Callable[[int], object]]] = {}
+_at_exit: dict[int, tuple[BuiltHere, object, Callable[[int], object]]] = {}
 _hook_registered = False
 
 
@@ -232,7 +232,7 @@ class _ExitWorker:
     released (its thread returns) and the next registration starts a new one.
     """
 
-    pid: int
+    built: BuiltHere = field(default_factory=BuiltHere)
     requested: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
@@ -271,14 +271,13 @@ def shutdown_at_exit(key: object, shutdown: Callable[[int], object]) -> None:
     pipeline. All pending shutdowns together get `EXIT_TIMEOUT_MS`.
     """
     global _hook_registered, _exit_worker
-    pid = os.getpid()
-    _at_exit[id(key)] = (pid, key, shutdown)
+    _at_exit[id(key)] = (BuiltHere(), key, shutdown)
     if not _hook_registered:
         _hook_registered = True
         atexit.register(_run_at_exit)
     worker = _exit_worker
-    if worker is None or worker.pid != pid or worker.requested.is_set():
-        worker = _ExitWorker(pid)
+    if worker is None or not worker.built.here() or worker.requested.is_set():
+        worker = _ExitWorker()
         try:
             worker.start()
         except RuntimeError:  # already shutting down: the hook runs the work itself
@@ -291,15 +290,13 @@ def forget_at_exit(key: object) -> None:
     global _exit_worker
     _at_exit.pop(id(key), None)
     worker = _exit_worker
-    here = worker is not None and worker.pid == os.getpid()
-    if worker is not None and here and not worker.at_exit and not _pending_here():
+    if worker is not None and worker.built.here() and not worker.at_exit and not _pending_here():
         _exit_worker = None
         worker.release()
 
 
 def _pending_here() -> list[tuple[object, Callable[[int], object]]]:
-    pid = os.getpid()
-    return [(key, shutdown) for owner, key, shutdown in list(_at_exit.values()) if owner == pid]
+    return [(key, shutdown) for built, key, shutdown in list(_at_exit.values()) if built.here()]
 
 
 def _run_pending(budget: int) -> None:
@@ -319,7 +316,7 @@ def _run_at_exit() -> None:
     if not _pending_here():
         return
     worker = _exit_worker
-    if worker is None or worker.pid != os.getpid() or worker.thread is None:
+    if worker is None or not worker.built.here() or worker.thread is None:
         _run_pending(EXIT_TIMEOUT_MS)
         return
     if not worker.run_at_exit():

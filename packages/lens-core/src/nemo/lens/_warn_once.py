@@ -63,6 +63,28 @@ class WarnOnce:
         if self.first(key):
             self._logger.warning(message, *args)
 
+    def failure(self, where: str, exc: BaseException, consequence: str) -> None:
+        """Log that `where` failed with `exc`, once per (`where`, exception type); never raises.
+
+        The line reads "<where> failed (<Type>: <message>); <consequence>. Further <Type>
+        errors here are not logged."; an exception whose `str()` fails is still named.
+
+        Args:
+            where: The step that failed, e.g. "inject_context" or "managed_span: ending
+                the span".
+            exc: What it raised.
+            consequence: What lens does instead, e.g. "the carrier is ignored".
+        """
+        kind = type(exc).__name__
+        if self.first((where, kind)):
+            self._logger.warning(
+                "%s failed (%s); %s. Further %s errors here are not logged.",
+                where,
+                describe(exc),
+                consequence,
+                kind,
+            )
+
     def __len__(self) -> int:
         return len(self._seen)
 
@@ -70,6 +92,14 @@ class WarnOnce:
         """Forget every key, so each warning is logged again."""
         self._seen.clear()
         self._capped = False
+
+
+def describe(exc: BaseException) -> str:
+    """`TypeName: message` for a log line; an exception whose `str()` fails is still named."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return f"{type(exc).__name__} (its message cannot be shown)"
 
 
 # Weak, so a memory owned by a dropped metric group goes with it.

@@ -40,6 +40,8 @@ __all__ = ["broadcast_trace_context", "create_linked_span"]
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "nemo.lens.distributed")
+# What a failure warning says happens next.
+_CARRY_ON: Final = "lens carries on without it"
 
 #: The tracer scope `create_linked_span` uses when it is given no tracer.
 _SCOPE: Final = "nemo.lens.distributed"
@@ -104,7 +106,7 @@ def broadcast_trace_context(rank: int, src_rank: int = 0) -> dict[str, str] | No
         dist.broadcast(data, src=src_rank)
         received = payload if is_source else bytes(data.cpu().tolist())
     except Exception as exc:
-        _warn_failure("broadcast_trace_context: the broadcast", exc)
+        _warnings.failure("broadcast_trace_context: the broadcast", exc, _CARRY_ON)
         return None
     return _decode_carrier(received)
 
@@ -168,7 +170,7 @@ def create_linked_span(
         links = None if remote is None else [Link(remote)]
         span = chosen.start_span(encodable_span_name(name), links=links)
     except Exception as exc:
-        _warn_failure("create_linked_span: starting the span", exc)
+        _warnings.failure("create_linked_span: starting the span", exc, _CARRY_ON)
         return trace.INVALID_SPAN
     safe_set_span_attributes(span, attributes)
     return span
@@ -183,7 +185,7 @@ def _initialised_distributed() -> Any | None:
         if not dist.is_available() or not dist.is_initialized():
             return None
     except Exception as exc:
-        _warn_failure("broadcast_trace_context: reading torch.distributed", exc)
+        _warnings.failure("broadcast_trace_context: reading torch.distributed", exc, _CARRY_ON)
         return None
     return dist
 
@@ -258,15 +260,3 @@ def _remote_span_context(remote_context: object, remote_carrier: object) -> Span
         )
         return None
     return span_context if span_context.is_valid else None
-
-
-def _warn_failure(where: str, exc: Exception) -> None:
-    kind = type(exc).__name__
-    _warnings.warn(
-        (where, kind),
-        "%s failed (%s: %s); lens carries on without it. Further %s errors here are not logged.",
-        where,
-        kind,
-        exc,
-        kind,
-    )

@@ -108,7 +108,7 @@ class TelemetryHandle:
             if self._owns_nothing:
                 return metrics.NoOpMeter(name, version=version)
             pipeline = self._pipeline
-            if pipeline is not None and pipeline.owner_pid != os.getpid():
+            if pipeline is not None and not pipeline.built.here():
                 # A forked child: the parent's provider may hold a lock for good here.
                 return metrics.NoOpMeter(name, version=version)
             provider = None if pipeline is None else pipeline.meter_provider
@@ -133,7 +133,7 @@ class TelemetryHandle:
             if self._owns_nothing:
                 return trace.NoOpTracer()
             pipeline = self._pipeline
-            if pipeline is not None and pipeline.owner_pid != os.getpid():
+            if pipeline is not None and not pipeline.built.here():
                 return trace.NoOpTracer()  # a forked child, as in get_meter
             provider = None if pipeline is None else pipeline.tracer_provider
             if provider is not None:
@@ -450,7 +450,13 @@ def _exporting_setup(
     metric_reader: MetricReader | None,
 ) -> TelemetryHandle:
     # The SDK is imported only now, by the one setup that builds SDK objects.
-    from nemo.lens._sdk._pipeline import build_pipeline
+    try:
+        from nemo.lens._sdk._pipeline import build_pipeline
+    except ImportError as exc:
+        raise ImportError(
+            "setup_telemetry: an exporting process needs the OpenTelemetry SDK; "
+            f"{_otel_env.install_hint(_otel_env.SDK_EXTRA)} ({exc})"
+        ) from exc
 
     pipeline = build_pipeline(
         config,

@@ -15,7 +15,7 @@ import importlib.metadata
 import json
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from opentelemetry.context import Context
 
@@ -30,6 +30,8 @@ __all__ = ["extract_context", "inject_context"]
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "nemo.lens propagation")
+# What a failure warning says happens next.
+_CARRIER_IGNORED: Final = "the carrier is ignored"
 
 
 def inject_context(carrier: dict[str, str]) -> None:
@@ -41,7 +43,7 @@ def inject_context(carrier: dict[str, str]) -> None:
 
         propagate.inject(carrier)
     except Exception as exc:
-        _warn_once("inject_context", exc)
+        _warnings.failure("inject_context", exc, _CARRIER_IGNORED)
 
 
 def carrier_to_bytes(carrier: Mapping[str, str]) -> bytes | None:
@@ -82,7 +84,7 @@ def extract_context(carrier: dict[str, str]) -> Context:
 
         return propagate.extract(carrier)
     except Exception as exc:
-        _warn_once("extract_context", exc)
+        _warnings.failure("extract_context", exc, _CARRIER_IGNORED)
         return Context()
 
 
@@ -127,14 +129,3 @@ def _environment_propagator() -> TextMapPropagator:
                 f"OTEL_PROPAGATORS names propagator {name!r}, which is not installed"
             )
     return CompositePropagator(propagators)
-
-
-def _warn_once(where: str, exc: Exception) -> None:
-    _warnings.warn(
-        (where, type(exc).__name__),
-        "%s failed (%s: %s); the carrier is ignored. Further %s errors are not logged.",
-        where,
-        type(exc).__name__,
-        exc,
-        type(exc).__name__,
-    )

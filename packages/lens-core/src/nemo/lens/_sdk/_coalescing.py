@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from nemo.lens import _otel_internals
 from nemo.lens._sdk import _fork
-from nemo.lens.instruments import _coalesce
+from nemo.lens.instruments import _coalesce, _series
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -26,17 +26,22 @@ def coalesce_recording(
     gauges always, counters and up-down counters with a single reader (lens's pipeline
     builds one; see `CoalescingBuffer`).
 
+    Also makes lens key series as the installed SDK does (`_series.follow_sdk`), in the
+    buffer and in the cardinality limit, on every meter: setup runs this before it sets
+    a limit.
+
     Returns the buffer, or None where values stay direct: a reader could not be gated (it
     would collect without the flush), or how the SDK keys series could not be told.
     """
     keyed_by_type = sdk_keys_by_type()
+    if keyed_by_type is not None:
+        _series.follow_sdk(keyed_by_type)
     consumer = _otel_internals.provider_consumer(meter_provider)
     if keyed_by_type is None or consumer is None:
         for reader in readers:
             _fork.gate_metric_reader(reader, owner_pid)
         return None
-    series_key = _coalesce.typed_series_key if keyed_by_type else _coalesce.plain_series_key
-    buffer = _coalesce.CoalescingBuffer(series_key, coalesce_sums=len(readers) == 1)
+    buffer = _coalesce.CoalescingBuffer(coalesce_sums=len(readers) == 1)
     gated = [_fork.gate_metric_reader(reader, owner_pid, buffer.flush) for reader in readers]
     if not all(gated):
         return None

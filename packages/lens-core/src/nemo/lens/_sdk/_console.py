@@ -28,16 +28,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 
+from opentelemetry.sdk._logs import export as _logs_export
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricReader,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
 from nemo.lens import _otel_env
 from nemo.lens._warn_once import WarnOnce
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, MetricsData
     from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.trace.export import SpanExporter
 
 _logger = logging.getLogger(__name__)
 _write_warnings = WarnOnce(_logger, "console exporter")
+
+# The SDK renamed the log record exporter's base class and result (`LogExporter` and
+# `LogExportResult`, the only names in 1.23) to `LogRecordExporter` and
+# `LogRecordExportResult`, deprecating the old names. Chosen once, here, under the new
+# names: every log exporter lens defines (this module's, `_fork`'s wrapper) uses these.
+# Typed Any: which class it is depends on the installed release.
+#: This SDK's log record exporter base class.
+LogRecordExporter: Any = (
+    getattr(_logs_export, "LogRecordExporter", None) or _logs_export.LogExporter
+)
+#: This SDK's log record export result enum.
+LogRecordExportResult: Any = (
+    getattr(_logs_export, "LogRecordExportResult", None) or _logs_export.LogExportResult
+)
 
 #: The OTLP/JSON fields that hold ids: hex strings there, where protobuf JSON has base64.
 ID_FIELDS: Final = frozenset({"traceId", "spanId", "parentSpanId"})
@@ -167,6 +189,11 @@ def _encoders() -> _Encoders:
     Raises:
         ImportError: opentelemetry-exporter-otlp-proto-common (or protobuf) is missing.
     """
+    # Imported here, unlike the SDK at the top: opentelemetry-exporter-otlp-proto-common
+    # is a package of its own that an SDK install may lack, and its absence must be an
+    # ImportError naming lens-core[sdk] when a console exporter is built, not a failure to
+    # import this module (`_exporters` imports it for every exporter, OTLP and Prometheus
+    # included).
     try:
         from google.protobuf.json_format import (  # type: ignore[import-untyped,unused-ignore]
             MessageToDict,
@@ -254,29 +281,82 @@ def _write_request(
     return True
 
 
+class OtlpJsonSpanExporter(SpanExporter):
+    """Writes each batch of spans into `out` as one OTLP/JSON line."""
+
+    def __init__(self, out: IO[str] | JsonLinesFile, encoders: _Encoders) -> None:
+        super().__init__()
+        self._out = out
+        self._encoders = encoders
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        encoders = self._encoders
+        written = _write_request(
+            self._out, "spans", lambda: encoders.spans(spans), encoders.to_dict
+        )
+        return SpanExportResult.SUCCESS if written else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        """`out` belongs to the caller: shutting down leaves it open."""
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True  # every export has been written already
+
+
+class OtlpJsonMetricExporter(MetricExporter):
+    """Writes each collection into `out` as one OTLP/JSON line (cumulative temporality)."""
+
+    def __init__(self, out: IO[str] | JsonLinesFile, encoders: _Encoders) -> None:
+        super().__init__()  # the SDK's defaults: cumulative, each instrument's aggregation
+        self._out = out
+        self._encoders = encoders
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        encoders = self._encoders
+        written = _write_request(
+            self._out, "metrics", lambda: encoders.metrics(metrics_data), encoders.to_dict
+        )
+        return MetricExportResult.SUCCESS if written else MetricExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True  # every export has been written already
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """`out` belongs to the caller: shutting down leaves it open."""
+
+
+class OtlpJsonLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chosen by release
+    """Writes each batch of log records into `out` as one OTLP/JSON line.
+
+    Each release's encoder takes what its own processors hand the exporter.
+    """
+
+    def __init__(self, out: IO[str] | JsonLinesFile, encoders: _Encoders) -> None:
+        super().__init__()
+        self._out = out
+        self._encoders = encoders
+
+    def export(self, batch: Sequence[Any]) -> Any:
+        encoders = self._encoders
+        written = _write_request(self._out, "logs", lambda: encoders.logs(batch), encoders.to_dict)
+        return LogRecordExportResult.SUCCESS if written else LogRecordExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        """`out` belongs to the caller: shutting down leaves it open."""
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True  # every export has been written already
+
+
 def console_span_exporter(out: IO[str] | JsonLinesFile) -> SpanExporter:
     """A span exporter writing one OTLP/JSON `ExportTraceServiceRequest` per batch into `out`.
 
     Raises:
         ImportError: The OTLP encoder is not installed (the message names lens-core[sdk]).
     """
-    encoders = _encoders()
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    class OtlpJsonSpanExporter(SpanExporter):
-        """Writes each batch as one OTLP/JSON line."""
-
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            written = _write_request(out, "spans", lambda: encoders.spans(spans), encoders.to_dict)
-            return SpanExportResult.SUCCESS if written else SpanExportResult.FAILURE
-
-        def shutdown(self) -> None:
-            """`out` belongs to the caller: shutting down leaves it open."""
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return True  # every export has been written already
-
-    return OtlpJsonSpanExporter()
+    return OtlpJsonSpanExporter(out, _encoders())
 
 
 def console_metric_exporter(out: IO[str] | JsonLinesFile) -> MetricExporter:
@@ -287,59 +367,18 @@ def console_metric_exporter(out: IO[str] | JsonLinesFile) -> MetricExporter:
     Raises:
         ImportError: The OTLP encoder is not installed (the message names lens-core[sdk]).
     """
-    encoders = _encoders()
-    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
-
-    class OtlpJsonMetricExporter(MetricExporter):
-        """Writes each collection as one OTLP/JSON line."""
-
-        def export(
-            self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-        ) -> MetricExportResult:
-            written = _write_request(
-                out, "metrics", lambda: encoders.metrics(metrics_data), encoders.to_dict
-            )
-            return MetricExportResult.SUCCESS if written else MetricExportResult.FAILURE
-
-        def force_flush(self, timeout_millis: float = 10_000) -> bool:
-            return True  # every export has been written already
-
-        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-            """`out` belongs to the caller: shutting down leaves it open."""
-
-    return OtlpJsonMetricExporter()
+    return OtlpJsonMetricExporter(out, _encoders())
 
 
 def console_log_exporter(out: IO[str] | JsonLinesFile) -> Any:
     """A log record exporter writing one OTLP/JSON `ExportLogsServiceRequest` per batch.
 
-    The SDK renamed the base class and its result (`LogExporter`, `LogExportResult` in
-    older releases; `LogRecordExporter`, `LogRecordExportResult` in newer ones); each
-    release's encoder takes what its own processors hand the exporter.
+    Typed Any: its base class (`LogRecordExporter` here) is the installed release's.
 
     Raises:
         ImportError: The OTLP encoder is not installed (the message names lens-core[sdk]).
     """
-    encoders = _encoders()
-    from opentelemetry.sdk._logs import export
-
-    base: Any = getattr(export, "LogRecordExporter", None) or export.LogExporter
-    result: Any = getattr(export, "LogRecordExportResult", None) or export.LogExportResult
-
-    class OtlpJsonLogExporter(base):  # type: ignore[misc]
-        """Writes each batch as one OTLP/JSON line."""
-
-        def export(self, batch: Sequence[Any]) -> Any:
-            written = _write_request(out, "logs", lambda: encoders.logs(batch), encoders.to_dict)
-            return result.SUCCESS if written else result.FAILURE
-
-        def shutdown(self) -> None:
-            """`out` belongs to the caller: shutting down leaves it open."""
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return True  # every export has been written already
-
-    return OtlpJsonLogExporter()
+    return OtlpJsonLogExporter(out, _encoders())
 
 
 def console_metric_reader(out: IO[str] | JsonLinesFile) -> MetricReader:
@@ -350,6 +389,4 @@ def console_metric_reader(out: IO[str] | JsonLinesFile) -> MetricReader:
     Raises:
         ImportError: The OTLP encoder is not installed (the message names lens-core[sdk]).
     """
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
     return PeriodicExportingMetricReader(console_metric_exporter(out))

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
 from nemo.lens import _otel_env
 from nemo.lens._sdk import _console
 from nemo.lens._sdk._console import (
@@ -87,8 +89,6 @@ def build_metric_reader(plan: SignalPlan, on_shutdown: list[Callable[[], None]])
     `prometheus` gets the pull reader and an HTTP endpoint on the plan's address, whose
     stop function is appended to `on_shutdown`.
     """
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
     if plan.prometheus_address is not None:
         return _prometheus_reader(plan.prometheus_address, on_shutdown)
     if plan.exporter == "console":
@@ -128,6 +128,10 @@ def _otlp_exporter(plan: SignalPlan) -> Any:
 def _prometheus_reader(
     address: tuple[str, int], on_shutdown: list[Callable[[], None]]
 ) -> MetricReader:
+    # Imported here, unlike the SDK at the top: the Prometheus exporter is an extra of its
+    # own (lens-core[prometheus]) that an SDK install may lack, and its absence must be an
+    # ImportError naming that extra when a Prometheus setup is built (tests provoke it by
+    # hiding the module for one setup), not a failure to import this module.
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import REGISTRY

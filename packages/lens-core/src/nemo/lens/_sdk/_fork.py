@@ -29,13 +29,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
 from nemo.lens import _fork_hooks, _otel_internals
+from nemo.lens._sdk._console import LogRecordExporter, LogRecordExportResult
 from nemo.lens._warn_once import WarnOnce
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 
 _logger = logging.getLogger(__name__)
@@ -93,62 +95,65 @@ def gate_metric_reader(
     return True
 
 
+class ProcessBoundSpanExporter(SpanExporter):
+    """Forwards to `exporter` in process `owner_pid`; drops batches elsewhere."""
+
+    def __init__(self, exporter: SpanExporter, owner_pid: int) -> None:
+        super().__init__()
+        self._exporter = exporter
+        self._owner_pid = owner_pid
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if os.getpid() != self._owner_pid:
+            return SpanExportResult.SUCCESS
+        return self._exporter.export(spans)
+
+    def shutdown(self) -> None:
+        # A child must not close connections its parent is still using.
+        if os.getpid() == self._owner_pid:
+            self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        if os.getpid() != self._owner_pid:
+            return True
+        return self._exporter.force_flush(timeout_millis)
+
+
+class ProcessBoundLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chosen by release
+    """Forwards to log record `exporter` in process `owner_pid`; drops batches elsewhere.
+
+    Its base class and results are this SDK's (`_console.LogRecordExporter`).
+    """
+
+    def __init__(self, exporter: Any, owner_pid: int) -> None:
+        super().__init__()
+        self._exporter = exporter
+        self._owner_pid = owner_pid
+
+    def export(self, batch: Sequence[Any]) -> Any:
+        if os.getpid() != self._owner_pid:
+            return LogRecordExportResult.SUCCESS
+        return self._exporter.export(batch)
+
+    def shutdown(self) -> None:
+        if os.getpid() == self._owner_pid:
+            self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        if os.getpid() != self._owner_pid:
+            return True
+        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's base
+        return True if flush is None else bool(flush(timeout_millis))
+
+
 def bind_span_exporter_to_process(exporter: SpanExporter, owner_pid: int) -> SpanExporter:
     """Return `exporter` wrapped so that it exports only inside `owner_pid`."""
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    class ProcessBoundSpanExporter(SpanExporter):
-        """Forwards to the wrapped exporter in its own process; drops batches elsewhere."""
-
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            if os.getpid() != owner_pid:
-                return SpanExportResult.SUCCESS
-            return exporter.export(spans)
-
-        def shutdown(self) -> None:
-            # A child must not close connections its parent is still using.
-            if os.getpid() == owner_pid:
-                exporter.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            if os.getpid() != owner_pid:
-                return True
-            return exporter.force_flush(timeout_millis)
-
-    return ProcessBoundSpanExporter()
+    return ProcessBoundSpanExporter(exporter, owner_pid)
 
 
 def bind_log_exporter_to_process(exporter: Any, owner_pid: int) -> Any:
-    """Return log record `exporter` wrapped so that it exports only inside `owner_pid`.
-
-    The SDK renamed the log exporter's base class and result (`LogExporter`,
-    `LogExportResult`) to `LogRecordExporter` and `LogRecordExportResult`, deprecating the
-    old names; the wrapper uses whichever this SDK has.
-    """
-    from opentelemetry.sdk._logs import export
-
-    base: Any = getattr(export, "LogRecordExporter", None) or export.LogExporter
-    result: Any = getattr(export, "LogRecordExportResult", None) or export.LogExportResult
-
-    class ProcessBoundLogExporter(base):  # type: ignore[misc]
-        """Forwards to the wrapped exporter in its own process; drops batches elsewhere."""
-
-        def export(self, batch: Sequence[Any]) -> Any:
-            if os.getpid() != owner_pid:
-                return result.SUCCESS
-            return exporter.export(batch)
-
-        def shutdown(self) -> None:
-            if os.getpid() == owner_pid:
-                exporter.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            if os.getpid() != owner_pid:
-                return True
-            flush = getattr(exporter, "force_flush", None)  # absent from SDK 1.23's base
-            return True if flush is None else bool(flush(timeout_millis))
-
-    return ProcessBoundLogExporter()
+    """Return log record `exporter` wrapped so that it exports only inside `owner_pid`."""
+    return ProcessBoundLogExporter(exporter, owner_pid)
 
 
 def _take_gate_before_fork() -> None:

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import os
 import random
-from typing import TYPE_CHECKING
+
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from nemo.lens import _fork_hooks
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace.id_generator import IdGenerator
-
 
 # Seeded from os.urandom when created without a seed.
 _rng = random.Random()
@@ -39,23 +36,22 @@ def new_trace_id() -> int:
     return trace_id
 
 
+class EntropyIdGenerator(IdGenerator):
+    """Ids from OS entropy; every trace-id bit is random, so the W3C flag is set."""
+
+    def generate_span_id(self) -> int:
+        return new_span_id()
+
+    def generate_trace_id(self) -> int:
+        return new_trace_id()
+
+    # Read by SDK releases that support the W3C random-trace-id flag; older ones ignore it.
+    def is_trace_id_random(self) -> bool:
+        return True
+
+
 def build_id_generator() -> IdGenerator:
     """Return an SDK `IdGenerator` backed by lens's private entropy-seeded generator."""
-    from opentelemetry.sdk.trace.id_generator import IdGenerator
-
-    class EntropyIdGenerator(IdGenerator):
-        """Ids from OS entropy; every trace-id bit is random, so the W3C flag is set."""
-
-        def generate_span_id(self) -> int:
-            return new_span_id()
-
-        def generate_trace_id(self) -> int:
-            return new_trace_id()
-
-        # Read by SDK releases that support the W3C random-trace-id flag; older ones ignore it.
-        def is_trace_id_random(self) -> bool:
-            return True
-
     return EntropyIdGenerator()
 
 

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
+
+from opentelemetry.sdk.trace import SpanProcessor
 
 from nemo.lens import _fork_hooks, semconv
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import SpanProcessor
-
 
 _logger = logging.getLogger(__name__)
 
@@ -93,28 +91,30 @@ class OpenSpanTracker:
         self._open = {}
 
 
+class OpenSpanCloser(SpanProcessor):
+    """Feeds `tracker` the spans that start and end; its shutdown ends those still open."""
+
+    def __init__(self, tracker: OpenSpanTracker) -> None:
+        self._tracker = tracker
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self._tracker.started(span)
+
+    def on_end(self, span: Any) -> None:
+        self._tracker.ended(span)
+
+    def shutdown(self) -> None:
+        count = self._tracker.end_all()
+        if count:
+            _logger.info("ended %d span(s) still open at shutdown, marked truncated", count)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
 def build_open_span_closer(tracker: OpenSpanTracker) -> SpanProcessor:
     """Return an SDK span processor that feeds `tracker` and ends its spans at shutdown."""
-    from opentelemetry.sdk.trace import SpanProcessor
-
-    class OpenSpanCloser(SpanProcessor):
-        """Tracks open spans; its shutdown ends those still open."""
-
-        def on_start(self, span: Any, parent_context: Any = None) -> None:
-            tracker.started(span)
-
-        def on_end(self, span: Any) -> None:
-            tracker.ended(span)
-
-        def shutdown(self) -> None:
-            count = tracker.end_all()
-            if count:
-                _logger.info("ended %d span(s) still open at shutdown, marked truncated", count)
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return True
-
-    return OpenSpanCloser()
+    return OpenSpanCloser(tracker)
 
 
 _live_trackers: weakref.WeakSet[OpenSpanTracker] = weakref.WeakSet()

@@ -11,172 +11,40 @@ The providers are built with `shutdown_on_exit=False`: the SDK's own exit handle
 on exporters without a bound (a dead collector held exit for 10-48 s), so lens shuts the
 pipeline down itself, within a budget (`nemo.lens.handle`, `nemo.lens._shutdown`).
 
-Spans pass a `SpanQueueGate` on their way into the batch processor: the gate keeps the
-processor's queue from overflowing (where the SDK would drop spans silently, or log
-once per span) and counts every span it refuses, in the `nemo.lens.spans.dropped`
-counter and in one warning at shutdown.
+Spans pass a `SpanQueueGate` (`nemo.lens._sdk._span_queue`) on their way into the batch
+processor, which keeps its queue from overflowing and counts every span it refuses.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
-import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from nemo.lens import (
-    _fork_hooks,
-    _inheritance,
-    _otel_env,
-    _otel_internals,
-    _resource,
-    _shutdown,
-)
+from nemo.lens import _inheritance, _otel_env, _otel_internals, _shutdown, resources
+from nemo.lens._process import BuiltHere
 from nemo.lens._sdk import _coalescing, _exporters, _fork
 from nemo.lens._sdk._ids import build_id_generator
 from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
 from nemo.lens._sdk._sampling import build_sampler
+from nemo.lens._sdk._span_queue import SpanQueueGate, add_gated_batch_processor
 from nemo.lens._sdk._views import histogram_views
 from nemo.lens.config import NemoLensConfig, is_default_service_name
 from nemo.lens.instruments import _cardinality
-from nemo.lens.version import __version__
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.util.types import AttributeValue
 
     from nemo.lens._export_plan import ExportPlan, SignalPlan
 
 
 _logger = logging.getLogger(__name__)
-
-#: The counter of spans lens refused because the batch queue was full.
-DROPPED_SPANS_METRIC: Final = "nemo.lens.spans.dropped"
-DROPPED_SPANS_UNIT: Final = "{span}"
-
-
-class SpanQueueGate:
-    """Admits a span into the batch processor only while its queue has room; counts the rest.
-
-    The SDK's batch processor drops spans once its queue is full, and releases differ in
-    how (or whether) they report it. The gate counts the spans it let in and the spans
-    the processor handed to its exporter; the difference bounds the processor's queue,
-    so with `capacity` equal to the processor's queue size the processor never drops a
-    span: the gate refuses it instead, and counts it. Counting is exact and needs no
-    SDK internals.
-
-    Only the process that built the pipeline counts (a forked child's inherited pipeline
-    exports nothing, and the gate's lock may have been held at the fork).
-
-    Args:
-        capacity: The batch processor's queue size.
-        owner_pid: The process that built the pipeline.
-    """
-
-    def __init__(self, capacity: int, owner_pid: int) -> None:
-        self.capacity = capacity
-        # False in a forked child (set by a fork hook): os.getpid() is a system call, and
-        # `admit` runs for every span.
-        self._in_owner = os.getpid() == owner_pid
-        _live_gates.add(self)
-        self._lock = threading.Lock()
-        self._admitted = 0
-        self._handed = 0
-        self._dropped = 0
-        self._closed = False
-        self._drained = False
-        self._reported = False
-        #: Called with each refused span's count (the dropped-spans counter's `add`).
-        self.on_drop: Callable[[int], object] | None = None
-
-    @property
-    def closed(self) -> bool:
-        """True once the batch processor behind the gate began to shut down."""
-        return self._closed
-
-    @property
-    def dropped(self) -> int:
-        """Spans refused so far because the queue was full."""
-        return self._dropped
-
-    def admit(self, span: ReadableSpan) -> bool:
-        """True if `span` may go into the batch processor; False if it is dropped."""
-        if self._closed:
-            return False  # shut down: the SDK would warn once per span and drop it anyway
-        if not self._in_owner:
-            return True
-        context = span.context
-        if context is None or not context.trace_flags.sampled:
-            return True  # the processor ignores it without queueing it
-        with self._lock:
-            if self._admitted - self._handed < self.capacity:
-                self._admitted += 1
-                return True
-            self._dropped += 1
-        on_drop = self.on_drop
-        if on_drop is not None:
-            try:
-                on_drop(1)
-            except Exception as exc:
-                _logger.debug("counting a dropped span failed: %s: %s", type(exc).__name__, exc)
-        return False
-
-    def handed(self, count: int) -> None:
-        """The processor handed `count` spans to its exporter (they left the queue)."""
-        if not self._in_owner:
-            return
-        with self._lock:
-            self._handed += count
-
-    def close(self) -> None:
-        """The processor is shutting down: admit nothing more."""
-        self._closed = True
-
-    def drained(self) -> None:
-        """The processor finished its shutdown: everything admitted was handed over."""
-        self._drained = True
-
-    def report(self) -> int:
-        """Log, once, one warning with the number of spans dropped; return that number.
-
-        After a complete shutdown, a span let in but never handed to the exporter was
-        lost inside the processor; it is counted too.
-        """
-        if self._reported or not self._in_owner:
-            return 0
-        self._reported = True
-        with self._lock:
-            dropped = self._dropped
-            lost = self._admitted - self._handed if self._drained else 0
-        total = dropped + max(0, lost)
-        if total:
-            _logger.warning(
-                "%d span(s) were dropped because the batch span queue (%d spans) was full "
-                "(counted in %s); set OTEL_BSP_MAX_QUEUE_SIZE to a larger queue, or "
-                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE / OTEL_BSP_SCHEDULE_DELAY to drain it sooner",
-                total,
-                self.capacity,
-                DROPPED_SPANS_METRIC,
-            )
-        return total
-
-
-_live_gates: weakref.WeakSet[SpanQueueGate] = weakref.WeakSet()
-
-
-def _gates_left_in_parent() -> None:
-    for gate in list(_live_gates):
-        gate._in_owner = False
-
-
-_fork_hooks.register("span queue gates", after_in_child=_gates_left_in_parent)
 
 
 @dataclass
@@ -196,7 +64,7 @@ class Pipeline:
     span_gate: SpanQueueGate | None = None
     #: The process that built it: a forked child must not call into its providers, whose
     #: locks a parent thread may have held at the fork.
-    owner_pid: int = field(default_factory=os.getpid)
+    built: BuiltHere = field(default_factory=BuiltHere)
 
     def shutdown_lanes(self) -> list[_shutdown.Lane]:
         """Shutdown's work, one lane per signal (metrics, traces, logs); each exports once.
@@ -269,7 +137,31 @@ def _sampler_rank(
     """The rank the sampler hashes: setup's, else the one the resource attributes give."""
     if rank is not None:
         return rank, world_size
-    return _resource.rank_from_attributes(attributes)
+    return resources.rank_from_attributes(attributes)
+
+
+def _resource_attributes(
+    config: NemoLensConfig,
+    rank: int | None,
+    world_size: int | None,
+    caller_attributes: Mapping[str, object] | None,
+) -> dict[str, AttributeValue]:
+    """This process's resource attributes (`nemo.lens.resources.resource_attributes`), its
+    service name resolved in OpenTelemetry's order when the config keeps the default."""
+    service_name = config.service_name
+    if is_default_service_name(service_name):
+        service_name = _otel_env.environment_service_name() or service_name
+    return resources.resource_attributes(
+        service_name=service_name,
+        run_id=config.run_id,
+        user=config.user,
+        wandb_entity=config.wandb_entity,
+        wandb_project=config.wandb_project,
+        rank=rank,
+        world_size=world_size,
+        caller_attributes=caller_attributes,
+        forked_child=_inheritance.inherited_a_pipeline(),
+    )
 
 
 def _ignore_budget(action: Callable[[], object]) -> Callable[[int], object]:
@@ -310,24 +202,11 @@ def build_pipeline(
             f"{_otel_env.install_hint(_otel_env.SDK_EXTRA)} ({exc})"
         ) from exc
 
-    owner_pid = os.getpid()
-    service_name = config.service_name
-    if is_default_service_name(service_name):
-        service_name = _otel_env.environment_service_name() or service_name
-    attributes = _resource.resource_attributes(
-        service_name=service_name,
-        run_id=config.run_id,
-        user=config.user,
-        wandb_entity=config.wandb_entity,
-        wandb_project=config.wandb_project,
-        rank=rank,
-        world_size=world_size,
-        caller_attributes=resource_attributes,
-        forked_child=_inheritance.inherited_a_pipeline(),
-    )
+    attributes = _resource_attributes(config, rank, world_size, resource_attributes)
     resource = build_resource(attributes)
     _exporters.log_plan_findings(plan)
     pipeline = Pipeline(tracer_provider=None, meter_provider=None)
+    owner_pid = pipeline.built.pid
     try:
         metrics_plan = plan.get("metrics")
         if metrics_plan is not None:
@@ -360,21 +239,13 @@ def build_pipeline(
             pipeline.open_spans = OpenSpanTracker()
             tracer_provider.add_span_processor(build_open_span_closer(pipeline.open_spans))
             if exporter is not None and traces_plan.batch is not None:
-                gate = SpanQueueGate(traces_plan.batch.max_queue_size, owner_pid)
-                if pipeline.meter_provider is not None:
-                    dropped = pipeline.meter_provider.get_meter(instrumentation_scope, __version__)
-                    gate.on_drop = dropped.create_counter(
-                        DROPPED_SPANS_METRIC,
-                        unit=DROPPED_SPANS_UNIT,
-                        description="Spans lens dropped because the batch span queue was full",
-                    ).add
-                pipeline.span_gate = gate
-                tracer_provider.add_span_processor(
-                    build_gated_batch_processor(
-                        _fork.bind_span_exporter_to_process(exporter, owner_pid),
-                        traces_plan.batch,
-                        gate,
-                    )
+                pipeline.span_gate = add_gated_batch_processor(
+                    tracer_provider,
+                    _fork.bind_span_exporter_to_process(exporter, owner_pid),
+                    traces_plan.batch,
+                    pipeline.built,
+                    pipeline.meter_provider,
+                    instrumentation_scope,
                 )
         logs_plan = plan.get("logs")
         if logs_plan is not None:
@@ -388,61 +259,6 @@ def build_pipeline(
         _cardinality.set_limit(config.metric_cardinality_limit)
     _inheritance.note_pipeline_built(pipeline.meter_provider)
     return pipeline
-
-
-def build_gated_batch_processor(
-    exporter: SpanExporter, settings: _otel_env.BatchSpanSettings, gate: SpanQueueGate
-) -> SpanProcessor:
-    """An SDK `BatchSpanProcessor` sized by `settings`, behind `gate`.
-
-    The processor exports through a thin wrapper of `exporter` that tells the gate how
-    many spans left the queue; the returned processor asks the gate before queueing.
-    """
-    from opentelemetry.sdk.trace import SpanProcessor
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-
-    class QueueCountingExporter(SpanExporter):
-        """Forwards to the exporter; tells the gate what left the queue."""
-
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            gate.handed(len(spans))
-            return exporter.export(spans)
-
-        def shutdown(self) -> None:
-            exporter.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return exporter.force_flush(timeout_millis)
-
-    batch = BatchSpanProcessor(
-        QueueCountingExporter(),
-        max_queue_size=settings.max_queue_size,
-        schedule_delay_millis=settings.schedule_delay_ms,
-        max_export_batch_size=settings.max_export_batch_size,
-        export_timeout_millis=settings.export_timeout_ms,
-    )
-
-    class QueueGatedSpanProcessor(SpanProcessor):
-        """The batch processor, entered only through the gate."""
-
-        def on_start(self, span: Any, parent_context: Any = None) -> None:
-            batch.on_start(span, parent_context=parent_context)
-
-        def on_end(self, span: ReadableSpan) -> None:
-            if gate.admit(span):
-                batch.on_end(span)
-
-        def shutdown(self) -> None:
-            if gate.closed:
-                return  # shut down already (the SDK would warn about a second time)
-            gate.close()
-            batch.shutdown()  # type: ignore[no-untyped-call,unused-ignore]
-            gate.drained()
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return bool(batch.force_flush(timeout_millis))
-
-    return QueueGatedSpanProcessor()
 
 
 def build_logger_provider(plan: SignalPlan, resource: Resource, owner_pid: int) -> Any:

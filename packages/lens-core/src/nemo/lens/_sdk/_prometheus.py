@@ -25,6 +25,7 @@ from http.server import HTTPServer
 from typing import Any, Final
 
 from nemo.lens import _fork_hooks
+from nemo.lens._process import BuiltHere
 from nemo.lens._warn_once import WarnOnce
 
 _logger = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ class PrometheusEndpoint:
             ) from exc
         self.host = host
         self.port = int(self._server.server_address[1])
-        self._owner_pid = os.getpid()
+        self._built = BuiltHere()
         self._stopped = False
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -194,7 +195,7 @@ class PrometheusEndpoint:
         if self._stopped:
             return
         self._stopped = True
-        if os.getpid() == self._owner_pid:
+        if self._built.here():
             self._server.shutdown()
             self._server.stop_workers()
         self._server.server_close()

@@ -8,17 +8,25 @@ name, as the SDK would on its own (default `parentbased_always_on`).
 
 Unlike the `sampled` strategy, which decides whether a process exports at all (metrics
 included), the sampler only thins traces: every process still exports its metrics.
-
-The SDK is imported inside the functions, like everywhere in `_sdk/`, so importing this
-module needs only the API.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Final
+
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    DEFAULT_OFF,
+    DEFAULT_ON,
+    Decision,
+    ParentBasedTraceIdRatio,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
 
 from nemo.lens import _otel_env
 from nemo.lens._warn_once import WarnOnce
@@ -28,7 +36,6 @@ from nemo.lens.strategies import rank_in_sample
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
     from opentelemetry.trace import Link, SpanKind
     from opentelemetry.trace.span import TraceState
     from opentelemetry.util.types import Attributes
@@ -36,7 +43,8 @@ if TYPE_CHECKING:
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "RankAwareSampler")
 
-_SamplerFactory = Callable[[int, int, float, "Sampler | None"], "Sampler"]
+# What a span gets when the sampler it asked failed: dropped, never an exception.
+_DROPPED: Final = SamplingResult(Decision.DROP)
 
 
 def build_sampler(
@@ -95,7 +103,7 @@ def rank_aware_sampler(
             f"world_size={world_size}"
         )
     check_sample_rate(sample_rate, "RankAwareSampler sample_rate")
-    return _rank_aware_sampler_type()(rank, world_size, float(sample_rate), delegate)
+    return RankAwareSampler(rank, world_size, float(sample_rate), delegate)
 
 
 def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sampler:
@@ -106,15 +114,6 @@ def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sample
     Raises:
         ValueError: An unknown sampler name or a bad ratio (see `traces_sampler`).
     """
-    from opentelemetry.sdk.trace.sampling import (
-        ALWAYS_OFF,
-        ALWAYS_ON,
-        DEFAULT_OFF,
-        DEFAULT_ON,
-        ParentBasedTraceIdRatio,
-        TraceIdRatioBased,
-    )
-
     name, ratio = _otel_env.traces_sampler(environ)
     fixed: dict[str, Sampler] = {
         "always_on": ALWAYS_ON,
@@ -129,71 +128,59 @@ def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sample
     return ParentBasedTraceIdRatio(ratio)
 
 
-@functools.cache
-def _rank_aware_sampler_type() -> _SamplerFactory:
-    """The `RankAwareSampler` class, defined once the SDK is first needed."""
-    from opentelemetry.sdk.trace.sampling import (
-        ALWAYS_OFF,
-        DEFAULT_ON,
-        Decision,
-        Sampler,
-        SamplingResult,
-    )
+class RankAwareSampler(Sampler):
+    """Drops every span unless the `sampled` hash keeps this rank; then `delegate` decides.
 
-    # What a span gets when the sampler it asked failed: dropped, never an exception.
-    dropped = SamplingResult(Decision.DROP)
+    Built by `rank_aware_sampler`, which checks the arguments first.
+    """
 
-    class RankAwareSampler(Sampler):
-        """Drops every span unless the `sampled` hash keeps this rank; then `delegate` decides."""
+    def __init__(
+        self, rank: int, world_size: int, sample_rate: float, delegate: Sampler | None
+    ) -> None:
+        super().__init__()
+        self.rank = rank
+        self.world_size = world_size
+        self.sample_rate = sample_rate
+        #: Decided once: does this process keep any span?
+        self.selected = rank_in_sample(rank, sample_rate)
+        chosen = DEFAULT_ON if delegate is None else delegate
+        self._decider: Sampler = chosen if self.selected else ALWAYS_OFF
 
-        def __init__(
-            self, rank: int, world_size: int, sample_rate: float, delegate: Sampler | None
-        ) -> None:
-            self.rank = rank
-            self.world_size = world_size
-            self.sample_rate = sample_rate
-            #: Decided once: does this process keep any span?
-            self.selected = rank_in_sample(rank, sample_rate)
-            chosen = DEFAULT_ON if delegate is None else delegate
-            self._decider: Sampler = chosen if self.selected else ALWAYS_OFF
-
-        def should_sample(
-            self,
-            parent_context: Context | None,
-            trace_id: int,
-            name: str,
-            kind: SpanKind | None = None,
-            attributes: Attributes = None,
-            links: Sequence[Link] | None = None,
-            trace_state: TraceState | None = None,
-        ) -> SamplingResult:
-            decider = self._decider
-            try:
-                # Typed `object`: a custom delegate may return anything.
-                result: object = decider.should_sample(
-                    parent_context, trace_id, name, kind, attributes, links, trace_state
-                )
-            except Exception as exc:
-                _warnings.warn(
-                    ("raised", type(exc)),
-                    "RankAwareSampler: the %s sampler raised %s: %s; the span was dropped",
-                    type(decider).__name__,
-                    type(exc).__name__,
-                    exc,
-                )
-                return dropped
-            if isinstance(result, SamplingResult):
-                return result
-            _warnings.warn(
-                ("returned", type(result)),
-                "RankAwareSampler: the %s sampler returned %s instead of a SamplingResult; "
-                "the span was dropped",
-                type(decider).__name__,
-                type(result).__name__,
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        decider = self._decider
+        try:
+            # Typed `object`: a custom delegate may return anything.
+            result: object = decider.should_sample(
+                parent_context, trace_id, name, kind, attributes, links, trace_state
             )
-            return dropped
+        except Exception as exc:
+            _warnings.warn(
+                ("raised", type(exc)),
+                "RankAwareSampler: the %s sampler raised %s: %s; the span was dropped",
+                type(decider).__name__,
+                type(exc).__name__,
+                exc,
+            )
+            return _DROPPED
+        if isinstance(result, SamplingResult):
+            return result
+        _warnings.warn(
+            ("returned", type(result)),
+            "RankAwareSampler: the %s sampler returned %s instead of a SamplingResult; "
+            "the span was dropped",
+            type(decider).__name__,
+            type(result).__name__,
+        )
+        return _DROPPED
 
-        def get_description(self) -> str:
-            return f"RankAwareSampler(rank={self.rank}, rate={self.sample_rate})"
-
-    return RankAwareSampler
+    def get_description(self) -> str:
+        return f"RankAwareSampler(rank={self.rank}, rate={self.sample_rate})"

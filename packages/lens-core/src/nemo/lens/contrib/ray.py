@@ -21,16 +21,16 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping
+from types import MappingProxyType
 from typing import Any, Final, ParamSpec, TypeVar, cast
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, Tracer
+from opentelemetry.trace import Tracer
 
+from nemo.lens._span_lifecycle import SpanLifecycle
 from nemo.lens._warn_once import WarnOnce
-from nemo.lens.helpers import record_span_error
 from nemo.lens.propagation import extract_context, inject_context
 
 __all__ = [
@@ -50,6 +50,10 @@ _R = TypeVar("_R")
 _TRACER_SCOPE: Final = "nemo.lens.ray"
 #: The keyword a wrapped method reserves for the carrier.
 _CARRIER_KEYWORD: Final = "_otel_carrier"
+#: What this module's failure warnings say happens next.
+_RUNS_WITHOUT_IT: Final = "the method runs without it"
+# A remote call's span has no attributes; one shared empty mapping.
+_NO_ATTRIBUTES: Final[Mapping[str, object]] = MappingProxyType({})
 
 
 def inject_ray_context() -> dict[str, str]:
@@ -102,10 +106,11 @@ def traced_remote_call(method: Callable[_P, _R], tracer: Tracer | None = None) -
     unwrapped one has no `_otel_carrier`.
 
     Each call opens an ungated span named `method.__qualname__` on `tracer` (default:
-    `trace.get_tracer("nemo.lens.ray")`, looked up at call time, so a provider installed
-    later is used), parented to the carrier's context (None: the current context), and
-    current for the method's body. An `Exception` from the body is recorded on the span
-    with ERROR status and re-raised.
+    `trace.get_tracer("nemo.lens.ray")` of the global provider at call time, so a
+    provider installed later is used), parented to the carrier's context (None: the
+    current context), and current for the method's body. An `Exception` from the body is
+    recorded on the span with ERROR status and re-raised. The span runs through the span
+    helpers' lifecycle (`managed_span`'s), with the same guarantees.
 
     The wrapper keeps the method's nature, which Ray reads to choose how to run it: a
     coroutine function gives a coroutine function whose span covers the whole awaited
@@ -172,92 +177,39 @@ def _signature_with_carrier(method: Callable[..., Any]) -> tuple[inspect.Signatu
         parameters.insert(at, carrier)
         return signature.replace(parameters=parameters), False
     except Exception as exc:  # a builtin without a signature, or an odd __signature__
-        _warn_once("traced_remote_call: reading the method's signature", exc)
+        _warnings.failure(
+            "traced_remote_call: reading the method's signature",
+            exc,
+            "the wrapper has no signature of its own",
+        )
         return None, False
 
 
 # --- one traced call --------------------------------------------------------------------------
 
 
-class _RemoteSpan:
-    """The span of one call: started under the carrier's context, current per step.
+class _RemoteSpan(SpanLifecycle):
+    """The span helpers' lifecycle, its warnings logged on this module's logger."""
 
-    Every step that fails costs only itself (one warning per kind); the method runs
-    whatever happens here.
-    """
+    __slots__ = ()
 
-    __slots__ = ("_context", "_span")
-
-    def __init__(self, name: str, tracer: Tracer | None, carrier: dict[str, str] | None) -> None:
-        self._span: Span | None = None
-        self._context: Context | None = None
-        try:
-            parent = extract_ray_context(carrier)
-            chosen = tracer if tracer is not None else trace.get_tracer(_TRACER_SCOPE)
-            span = chosen.start_span(name, context=parent)
-            # The no-op tracer of older API releases (1.23) returns the invalid span, which
-            # would cut the caller's trace for all the method passes on: keep the
-            # carrier's context current instead.
-            valid = span.get_span_context().is_valid
-            self._context = trace.set_span_in_context(span, parent) if valid else parent
-            self._span = span
-        except Exception as exc:
-            _warn_once("traced_remote_call: starting the span", exc)
-
-    def enter(self) -> object:
-        """Make the span current; returns the token `leave` needs (None if not entered)."""
-        if self._context is None:
-            return None
-        try:
-            return otel_context.attach(self._context)
-        except Exception as exc:
-            _warn_once("traced_remote_call: making the span current", exc)
-            return None
-
-    def leave(self, token: object) -> None:
-        """Undo `enter` (the same Context always does: each step enters and leaves)."""
-        if token is None:
-            return
-        try:
-            otel_context.detach(token)  # type: ignore[arg-type]  # the token attach returned
-        except Exception as exc:
-            _warn_once("traced_remote_call: detaching the span", exc)
-
-    def current(self, *, then_end: bool = False) -> _Current:
-        """A `with` block during which the span is current (and after which it ends, with
-        the block's exception recorded, when `then_end`)."""
-        return _Current(self, then_end)
-
-    def end(self, failure: BaseException | None) -> None:
-        """Record `failure` if it is an `Exception`, then end the span (once)."""
-        span, self._span = self._span, None
-        if span is None:
-            return
-        if isinstance(failure, Exception):
-            record_span_error(span, failure, True, True, "traced_remote_call")
-        try:
-            span.end()
-        except Exception as exc:
-            _warn_once("traced_remote_call: ending the span", exc)
+    warnings = _warnings
+    consequence = _RUNS_WITHOUT_IT
 
 
-class _Current:
-    """`_RemoteSpan.current()`: enter on the way in, leave (and maybe end) on the way out."""
-
-    __slots__ = ("_call", "_then_end", "_token")
-
-    def __init__(self, call: _RemoteSpan, then_end: bool) -> None:
-        self._call = call
-        self._then_end = then_end
-        self._token: object = None
-
-    def __enter__(self) -> None:
-        self._token = self._call.enter()
-
-    def __exit__(self, kind: object, failure: BaseException | None, traceback: object) -> None:
-        self._call.leave(self._token)
-        if self._then_end:
-            self._call.end(failure)
+def _remote_span(name: str, tracer: Tracer | None, carrier: dict[str, str] | None) -> _RemoteSpan:
+    """The span of one call, parented to the carrier's context (None: the current one)."""
+    return _RemoteSpan(
+        "traced_remote_call",
+        name,
+        tracer,
+        _TRACER_SCOPE,
+        _NO_ATTRIBUTES,
+        True,  # record_exception
+        True,  # typed_description
+        None,  # fallback: the method runs without a span
+        extract_ray_context(carrier),
+    )
 
 
 # --- one wrapper per kind of method -----------------------------------------------------------
@@ -282,7 +234,7 @@ def _function_wrapper(
     def wrapper(*args: Any, _otel_carrier: dict[str, str] | None = None, **kwargs: Any) -> Any:
         if forwards:
             kwargs[_CARRIER_KEYWORD] = _otel_carrier
-        with _RemoteSpan(name, tracer, _otel_carrier).current(then_end=True):
+        with _remote_span(name, tracer, _otel_carrier):
             return method(*args, **kwargs)
 
     return wrapper
@@ -301,7 +253,7 @@ def _coroutine_wrapper(
     ) -> Any:
         if forwards:
             kwargs[_CARRIER_KEYWORD] = _otel_carrier
-        with _RemoteSpan(name, tracer, _otel_carrier).current(then_end=True):
+        with _remote_span(name, tracer, _otel_carrier):
             return await method(*args, **kwargs)
 
     return wrapper
@@ -320,7 +272,8 @@ def _generator_wrapper(
     ) -> Generator[Any, Any, Any]:
         if forwards:
             kwargs[_CARRIER_KEYWORD] = _otel_carrier
-        call = _RemoteSpan(name, tracer, _otel_carrier)
+        call = _remote_span(name, tracer, _otel_carrier)
+        call.open()
         failure: BaseException | None = None
         try:
             inner = method(*args, **kwargs)
@@ -347,7 +300,7 @@ def _generator_wrapper(
             failure = exc
             raise
         finally:
-            call.end(failure)
+            call.close(failure)
 
     return wrapper
 
@@ -364,7 +317,8 @@ def _async_generator_wrapper(
     ) -> AsyncGenerator[Any, Any]:
         if forwards:
             kwargs[_CARRIER_KEYWORD] = _otel_carrier
-        call = _RemoteSpan(name, tracer, _otel_carrier)
+        call = _remote_span(name, tracer, _otel_carrier)
+        call.open()
         failure: BaseException | None = None
         try:
             inner = method(*args, **kwargs)
@@ -391,17 +345,6 @@ def _async_generator_wrapper(
             failure = exc
             raise
         finally:
-            call.end(failure)
+            call.close(failure)
 
     return wrapper
-
-
-def _warn_once(where: str, exc: Exception) -> None:
-    _warnings.warn(
-        (where, type(exc).__name__),
-        "%s failed (%s: %s); the method runs without it. Further %s errors here are not logged.",
-        where,
-        type(exc).__name__,
-        exc,
-        type(exc).__name__,
-    )

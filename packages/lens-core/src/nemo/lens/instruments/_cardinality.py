@@ -7,6 +7,10 @@ describes itself: per instrument, once `limit` distinct attribute sets have been
 each further new set is recorded on the overflow set `{"otel.metric.overflow": True}`
 (sums and counts stay right overall), and the sets seen before keep their own series.
 
+An attribute set is one series as the installed SDK keys it (`_series.series_key`, the
+key the coalescing buffer uses too): where the SDK keeps `{"k": 1}` and `{"k": True}`
+apart, so does the limit.
+
 `setup_telemetry` sets the process-wide limit (`metric_cardinality_limit`; 0 means none).
 Calls without attributes record on the one series without attributes, which does not
 count towards the limit. Instruments a consumer creates on `handle.meter` itself are not
@@ -16,8 +20,9 @@ limited: lens never sees what they record.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Any, Final
 
+from nemo.lens.instruments._series import SeriesAttributes, keyed
 from nemo.lens.semconv import OTEL_METRIC_OVERFLOW
 
 #: The attribute set every point past an instrument's limit is recorded on. A plain dict,
@@ -42,8 +47,10 @@ class BoundedEmitter:
     """An instrument's record method that folds new attribute sets past the limit.
 
     Wraps the method `record_metrics` calls when a limit is set and attributes are given,
-    so a call without either never reaches it. The attributes are already cleaned, hence
-    hashable; a set that still is not (defensively) is recorded on the overflow set.
+    so a call without either never reaches it. `record_metrics` passes the attributes
+    keyed once per call (`SeriesAttributes`); any other mapping is keyed here. They are
+    already cleaned, hence hashable; a set that still is not (defensively) is recorded on
+    the overflow set.
 
     No lock: `in` and `set.add` are atomic under the GIL. Threads that add new sets at
     the same moment can each pass the length check before any of them adds, so at most
@@ -55,18 +62,17 @@ class BoundedEmitter:
     def __init__(self, emit: Callable[..., object], warn: Callable[[], None]) -> None:
         self._emit = emit
         self._warn = warn
-        #: The attribute sets this instrument records on their own series.
-        self._seen: set[frozenset[tuple[str, object]]] = set()
+        #: The series keys of the attribute sets this instrument records on their own series.
+        self._seen: set[frozenset[Any]] = set()
 
     def __call__(self, value: float, attributes: Mapping[str, object]) -> None:
-        try:
-            attribute_set: frozenset[tuple[str, object]] | None = frozenset(attributes.items())
-        except TypeError:  # an unhashable value
-            attribute_set = None
+        if type(attributes) is not SeriesAttributes:
+            attributes = keyed(attributes)
+        series_key = attributes.series_key  # None for an unhashable value
         seen = self._seen
-        if attribute_set not in seen:
-            if attribute_set is not None and len(seen) < limit:
-                seen.add(attribute_set)
+        if series_key not in seen:
+            if series_key is not None and len(seen) < limit:
+                seen.add(series_key)
             else:
                 self._warn()
                 attributes = OVERFLOW_ATTRIBUTES

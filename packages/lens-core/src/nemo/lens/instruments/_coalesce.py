@@ -18,10 +18,11 @@ What differs: the SDK samples no exemplars for coalesced values (they reach it o
 the span that recorded them), and a measurement's timestamp is its collection's.
 
 Values are validated by `record_metrics` before they get here; nothing here raises on
-the recording path. Thread-safe: one lock per buffer, held for a few dict operations per
-value (and by a flush to take the values), never while logging or calling the SDK. A
-forked child forgets every buffer: its parent's pending values are the parent's to
-export (`_forget_buffers_in_child`, a fork hook).
+the recording path. A series is keyed as the cardinality limit keys it, as the installed
+SDK does (`nemo.lens.instruments._series`). Thread-safe: one lock per buffer, held for a
+few dict operations per value (and by a flush to take the values), never while logging
+or calling the SDK. A forked child forgets every buffer: its parent's pending values are
+the parent's to export (`_forget_buffers_in_child`, a fork hook).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from opentelemetry import context as otel_context
 
 from nemo.lens import _fork_hooks, _otel_internals
 from nemo.lens._warn_once import WarnOnce
+from nemo.lens.instruments._series import SeriesAttributes, keyed
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "record_metrics: coalesced recording")
@@ -43,39 +45,8 @@ _warnings = WarnOnce(_logger, "record_metrics: coalesced recording")
 #: The kinds that coalesce: the SDK keeps their last value or their sum per interval.
 COALESCED_KINDS: Final = frozenset({"gauge", "counter", "up_down_counter"})
 
+#: The series key of a value recorded without attributes.
 _NO_ATTRIBUTES: Final[frozenset[Any]] = frozenset()
-# Marks a value whose series key carries its type (see `_typed_value`); never equal to
-# any attribute value.
-_TYPED: Final = object()
-
-
-def _typed_value(value: object) -> object:
-    """`value` with its type, so 1, True and 1.0 (equal in Python) key apart."""
-    if type(value) is tuple:
-        return (_TYPED, tuple, type(value[0]) if value else None, value)
-    return (_TYPED, type(value), value)
-
-
-def plain_series_key(attributes: Mapping[str, object]) -> frozenset[Any]:
-    """The series an attribute set records on where the SDK keys by `frozenset(items)`."""
-    return frozenset(attributes.items())
-
-
-def typed_series_key(attributes: Mapping[str, object]) -> frozenset[Any]:
-    """The series where the SDK keys by value and type (1, True and 1.0 are three series).
-
-    Strings and ints cannot be confused with each other, so only other values are typed.
-    """
-    for value in attributes.values():
-        value_type = type(value)
-        if value_type is not str and value_type is not int:
-            return frozenset(
-                [
-                    (key, item if type(item) is str or type(item) is int else _typed_value(item))
-                    for key, item in attributes.items()
-                ]
-            )
-    return frozenset(attributes.items())
 
 
 class CoalescingBuffer:
@@ -84,34 +55,19 @@ class CoalescingBuffer:
     Its lock guards only dict operations: no logging and no SDK call ever runs under it,
     so a logging handler that records metrics, in any thread, cannot deadlock with it.
 
+    A buffered series is exactly one SDK series (keyed by `_series.series_key`), or a
+    gauge's last value could be handed over out of order.
+
     Args:
-        series_key: How the installed SDK tells attribute sets apart
-            (`plain_series_key` or `typed_series_key`): a buffered series must be exactly
-            one SDK series, or a gauge's last value could be handed over out of order.
         coalesce_sums: Also buffer counters and up-down counters. Only right with one
             reader (lens's pipeline builds one): every reader's storage gets what a flush
             hands over, so a second reader, collecting at other moments, would sum the
             same floats in another grouping (and round differently) than direct recording.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_call",
-        "_dirty",
-        "_flush_lock",
-        "_lock",
-        "_pending",
-        "coalesce_sums",
-        "series_key",
-    )
+    __slots__ = ("__weakref__", "_dirty", "_flush_lock", "_lock", "_pending", "coalesce_sums")
 
-    def __init__(
-        self,
-        series_key: Callable[[Mapping[str, object]], frozenset[Any]],
-        *,
-        coalesce_sums: bool,
-    ) -> None:
-        self.series_key = series_key
+    def __init__(self, *, coalesce_sums: bool) -> None:
         self.coalesce_sums = coalesce_sums
         # Neither lock is taken across fork(): a child never touches its parent's buffers
         # (see `_forget_buffers_in_child`). `_lock` guards the buffered series; a flush
@@ -122,8 +78,6 @@ class CoalescingBuffer:
         self._dirty: list[PendingInstrument] = []
         #: One per SDK instrument, however many groups or registrations record on it.
         self._pending: dict[object, PendingInstrument] = {}
-        # The attributes of the latest call, with their series key and copy (see series_of).
-        self._call: tuple[object, frozenset[Any], Any] = _NO_CALL
 
     def coalesces(self, kind: str) -> bool:
         """True when values of instruments of `kind` are buffered here."""
@@ -139,24 +93,9 @@ class CoalescingBuffer:
         pending = self._pending.get(instrument)
         if pending is None:
             pending = self._pending[instrument] = PendingInstrument(
-                self, getattr(instrument, record_name)
+                self, getattr(instrument, record_name), last_wins=kind == "gauge"
             )
-        return pending.set if kind == "gauge" else pending.add
-
-    def begin_call(self) -> None:
-        """A new `record_metrics` call: forget the attributes of the last one, whose dict
-        the caller may have changed since."""
-        self._call = _NO_CALL
-
-    def series_of(self, attributes: Mapping[str, object]) -> tuple[frozenset[Any], Any]:
-        """The series key of `attributes` and a copy of them, made once per call."""
-        call = self._call
-        if call[0] is attributes:
-            return call[1], call[2]
-        # A copy: the caller may reuse and change its dict before the collection.
-        key, copied = self.series_key(attributes), dict(attributes)
-        self._call = (attributes, key, copied)
-        return key, copied
+        return pending.keep
 
     def flush(self) -> None:
         """Hand every buffered series to its SDK instrument, then forget it; never raises.
@@ -199,12 +138,15 @@ class CoalescingBuffer:
 class PendingInstrument:
     """One SDK instrument's buffered series: key -> [value, attributes as first given]."""
 
-    __slots__ = ("_buffer", "_dirty", "_lock", "_series", "record")
+    __slots__ = ("_dirty", "_lock", "_series", "last_wins", "record")
 
-    def __init__(self, buffer: CoalescingBuffer, record: Callable[..., object]) -> None:
-        self._buffer = buffer
+    def __init__(
+        self, buffer: CoalescingBuffer, record: Callable[..., object], *, last_wins: bool
+    ) -> None:
         self._lock = buffer._lock
         self._dirty = buffer._dirty
+        #: A gauge's (its interval's last value wins); else a sum's (its values add up).
+        self.last_wins = last_wins
         self.record = record
         self._series: dict[frozenset[Any], list[Any]] = {}
 
@@ -213,29 +155,31 @@ class PendingInstrument:
         series, self._series = self._series, {}
         return series
 
-    def set(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
-        """A gauge's `set`: the last value of the interval wins."""
-        key, copied = self._buffer.series_of(attributes) if attributes else _NONE
-        with self._lock:
-            series = self._series
-            entry = series.get(key)
-            if entry is None:
-                if not series:
-                    self._dirty.append(self)
-                series[key] = [value, copied]
-            else:
-                entry[0] = value
+    def keep(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
+        """The instrument's `set` or `add`: keep `value` for the next collection.
 
-    def add(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
-        """A counter's or up-down counter's `add`: the interval's values are summed."""
-        key, copied = self._buffer.series_of(attributes) if attributes else _NONE
+        `record_metrics` passes each call's attributes keyed once (`SeriesAttributes`);
+        any other mapping is keyed and copied here.
+        """
+        if attributes:
+            if type(attributes) is not SeriesAttributes:
+                attributes = keyed(attributes)
+            key = attributes.series_key
+            if key is None:  # a set no series key can hold: the SDK decides
+                self.record(value, attributes)
+                return
+        else:
+            key, attributes = _NO_ATTRIBUTES, None
         with self._lock:
             series = self._series
             entry = series.get(key)
             if entry is None:
                 if not series:
                     self._dirty.append(self)
-                series[key] = [value, copied]
+                series[key] = [value, attributes]
+                return
+            if self.last_wins:
+                entry[0] = value
                 return
             total = entry[0]
             if total is _HANDED_OVER:
@@ -250,16 +194,12 @@ class PendingInstrument:
                 # the lock is released), for the rest of the interval.
                 entry[0] = _HANDED_OVER
                 direct = (total, value)
-            copied = entry[1]
+            first_given = entry[1]
         for number in direct:
-            self.record(number, copied)
+            self.record(number, first_given)
 
 
-# The series of a value recorded without attributes.
-_NONE: Final = (_NO_ATTRIBUTES, None)
-# `series_of`'s memory before any call: no attributes object is this one.
-_NO_CALL: Final[tuple[object, frozenset[Any], Any]] = (object(), _NO_ATTRIBUTES, None)
-# A sum series recorded directly until the next collection (see `add`).
+# A sum series recorded directly until the next collection (see `keep`).
 _HANDED_OVER: Final = object()
 
 

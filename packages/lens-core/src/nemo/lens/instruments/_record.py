@@ -27,7 +27,7 @@ from nemo.lens._attributes import (
     is_encodable,
 )
 from nemo.lens._otel_internals import ProxyMeter, real_meter_of
-from nemo.lens.instruments import _cardinality, _coalesce, _registry
+from nemo.lens.instruments import _cardinality, _coalesce, _registry, _series
 from nemo.lens.instruments._registry import GROUPS, UNREGISTERED, Emitter, MeterCache, MetricGroup
 from nemo.lens.instruments._spec import (
     METRIC_KINDS,
@@ -105,15 +105,17 @@ def record_metrics(
         bounded = False
         if attributes is not None:
             attributes = _clean_attributes(state, attributes)
-            # Without attributes or without a limit, the cardinality limit costs this one
-            # test per call: the plain emitters record. With both, the bounded emitters
-            # (see _cardinality) do; the loop is the same either way.
-            if attributes and _cardinality.limit:
-                emitters = cache.bounded
-                bounded = True
-        buffer = cache.buffer
-        if buffer is not None:
-            buffer.begin_call()  # this call's attributes are keyed and copied afresh
+            if attributes:
+                # Without a limit, the cardinality limit costs this one test per call: the
+                # plain emitters record. With one, the bounded emitters (see _cardinality)
+                # do; the loop is the same either way. The limit and a coalescing buffer
+                # key the attributes once per call, as one copy (see _series).
+                if _cardinality.limit:
+                    emitters = cache.bounded
+                    bounded = True
+                    attributes = _series.keyed(attributes)
+                elif cache.buffer is not None:
+                    attributes = _series.keyed(attributes)
         for key, value in items.items():
             try:
                 emit, emit_int, lowest = emitters[key]
@@ -474,21 +476,17 @@ class _Int64Sum:
     def __call__(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         if type(value) is int and not self._as_float:
             with self._lock:
-                switched = self._count(value)
+                total = self._total + (value if value >= 0 else -value)
+                switched = total > INT64_MAX
+                if switched:
+                    self._as_float = True
+                else:
+                    self._total = total
             if switched:
                 self._warn()
         if self._as_float:
             value = float(value)
         self._add(value, attributes)
-
-    def _count(self, value: int) -> bool:
-        """Add `value`'s magnitude to the bound; True once the sum must become floats."""
-        total = self._total + (value if value >= 0 else -value)
-        if total > INT64_MAX:
-            self._as_float = True
-        else:
-            self._total = total
-        return self._as_float
 
 
 def _sum_warning(state: MetricGroup, key: str) -> Callable[[], None]:

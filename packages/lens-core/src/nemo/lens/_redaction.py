@@ -1,0 +1,184 @@
+"""The redaction rule: which attribute keys are secret, so their values never leave the process.
+
+The one owner of the rule. `nemo.lens.helpers` re-exports its public names
+(`DEFAULT_REDACT_KEYS`, `redact_value`) and applies it in `safe_set_span_attributes`;
+`lens doctor` hides the values of secret-looking settings with it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Iterable
+from typing import Final
+
+from nemo.lens._warn_once import WarnOnce
+
+_logger = logging.getLogger(__name__)
+_warnings = WarnOnce(_logger, "nemo.lens redaction")
+
+#: Attribute keys whose values never leave the process. A key matches an entry by words,
+#: not by spelling (see `is_secret_key`): `PASSWORD`, `apiKey`, `X-Api-Key`,
+#: `aws_secret_access_key` and `http.request.header.authorization` are all redacted.
+DEFAULT_REDACT_KEYS: Final[frozenset[str]] = frozenset(
+    {
+        # lens v0.2.0's list
+        "prompt",
+        "input_text",
+        "output_text",
+        "text",
+        "password",
+        "token",
+        "secret",
+        "key",
+        # credentials by their other names
+        "passwd",
+        "passphrase",
+        "passwords",
+        "secrets",
+        "authorization",
+        "api_key",
+        "apikey",
+        "credential",
+        "credentials",
+        "private_key",
+        "cookie",
+        "cookies",
+    }
+)
+REDACTED: Final = "[REDACTED]"
+
+# The words of a key: runs of letters split at camelCase humps, and runs of digits;
+# everything else separates. "X-Api-Key" and "apiKey" both give ("api", "key").
+_WORD: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# Words that make a neighbouring entry a quantity, not a secret: "token_count",
+# "num_token", "time_to_first_token", "prompt_len", "prompt_tokens", "gen_ai.token.type",
+# "api_key_id".
+_MEASURE_BEFORE: Final = frozenset(
+    {"avg", "first", "last", "max", "mean", "min", "n", "next", "num", "per", "total"}
+)
+_MEASURE_AFTER: Final = frozenset(
+    {
+        "budget",
+        "chars",
+        "count",
+        "counts",
+        "fraction",
+        "id",
+        "ids",
+        "idx",
+        "index",
+        "len",
+        "length",
+        "limit",
+        "limits",
+        "num",
+        "number",
+        "per",
+        "rate",
+        "ratio",
+        "size",
+        "sizes",
+        "tokens",
+        "total",
+        "type",
+        "types",
+        "usage",
+    }
+)
+
+#: A set of redaction entries, each as its tuple of lower-case words.
+Entries = frozenset[tuple[str, ...]]
+
+
+@functools.lru_cache(maxsize=4096)
+def _words(key: str) -> tuple[str, ...]:
+    return tuple(word.lower() for word in _WORD.findall(key))
+
+
+def _entries_of(redact_keys: frozenset[object]) -> Entries:
+    return frozenset(
+        words for entry in redact_keys if isinstance(entry, str) and (words := _words(entry))
+    )
+
+
+#: `DEFAULT_REDACT_KEYS` as entries: what applies when a caller's keys cannot be read.
+DEFAULT_ENTRIES: Final = _entries_of(DEFAULT_REDACT_KEYS)
+
+
+@functools.lru_cache(maxsize=64)
+def _extended_entries(redact_keys: frozenset[object]) -> Entries:
+    return DEFAULT_ENTRIES | _entries_of(redact_keys)
+
+
+def redaction_entries(redact_keys: Iterable[str] | None) -> Entries:
+    """The defaults plus the caller's keys, as word tuples.
+
+    Raises:
+        Exception: Whatever reading an unusable `redact_keys` raises (an unhashable
+            entry, an iterable that fails); the caller falls back to `DEFAULT_ENTRIES`.
+    """
+    if redact_keys is None or redact_keys is DEFAULT_REDACT_KEYS:
+        return DEFAULT_ENTRIES
+    if not isinstance(redact_keys, frozenset):
+        if isinstance(redact_keys, str):
+            redact_keys = (redact_keys,)  # one key, not its letters
+        redact_keys = frozenset(redact_keys)
+    return _extended_entries(redact_keys)
+
+
+@functools.lru_cache(maxsize=8192)
+def matches(key: str, entries: Entries) -> bool:
+    """True when the plain str `key` is secret under `entries` (see `is_secret_key`)."""
+    words = _words(key)
+    if words in entries:  # a key made of exactly an entry's words is always redacted
+        return True
+    count = len(words)
+    for entry in entries:
+        size = len(entry)
+        for start in range(count - size + 1):
+            if words[start : start + size] != entry:
+                continue
+            before = words[start - 1] if start else ""
+            after = words[start + size] if start + size < count else ""
+            if before not in _MEASURE_BEFORE and after not in _MEASURE_AFTER:
+                return True
+    return False
+
+
+def is_secret_key(key: object, redact_keys: Iterable[str] | None = None) -> bool:
+    """True when the value of attribute `key` must be redacted; never raises.
+
+    The rule: `key` and every entry (`DEFAULT_REDACT_KEYS` plus `redact_keys`, which
+    extend the defaults, never replace them) are split into lower-case words, at
+    non-alphanumerics and camelCase humps. The key is secret when an entry's words appear
+    in it in a row, unless a quantity word stands right next to them (`num_`, `max_`,
+    `first_` before; `_count`, `_len`, `_type`, `_id`, `_per`, ... after), so
+    `access_token`, `AWS_SECRET_ACCESS_KEY` and `gen_ai.prompt` are secret while
+    `token_count`, `num_token` and `time_to_first_token` are not. Entries match whole
+    words only: `tokens_per_sec`, `num_tokens` and `tokenizer` never match `token`. A key
+    made of exactly an entry's words always matches.
+    """
+    try:
+        if not isinstance(key, str):
+            return False
+        plain = key if type(key) is str else str.__str__(key)
+    except Exception:  # an object lying about its class
+        return False
+    try:
+        entries = redaction_entries(redact_keys)
+    except Exception as exc:  # an unusable custom set: the defaults still apply
+        _warnings.failure(
+            "redaction: reading redact_keys", exc, "only DEFAULT_REDACT_KEYS are redacted"
+        )
+        entries = DEFAULT_ENTRIES
+    return matches(plain, entries)
+
+
+def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_REDACT_KEYS) -> str:
+    """Return `"[REDACTED]"` if `key` is a secret key (see `is_secret_key`), else `value`.
+
+    `redact_keys` extends `DEFAULT_REDACT_KEYS`; the default keys are always redacted.
+    """
+    return REDACTED if is_secret_key(key, redact_keys) else value

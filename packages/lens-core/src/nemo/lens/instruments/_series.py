@@ -1,0 +1,91 @@
+"""Which attribute sets are one series: the one series key of `record_metrics`.
+
+The SDK keeps one series per distinct key of the attributes it is given, and its releases
+differ in that key: older ones use `frozenset(attributes.items())`, in which the values
+1, True and 1.0 (equal in Python) are one; newer ones key each value with its type, so
+`{"k": 1}`, `{"k": True}` and `{"k": 1.0}` are three series, as OpenTelemetry's data
+model has them. Two parts of lens count series themselves and must count them as the SDK
+keeps them: the cardinality limit (counting fewer would let more series through than the
+limit) and the coalescing buffer (one entry must be one SDK series, or a gauge's last
+value could be handed over out of order). Both key with `series_key`.
+
+`series_key` follows the installed SDK once a pipeline asked it
+(`nemo.lens._sdk._coalescing.sdk_keys_by_type`, at setup, before any limit is set); until
+then it keys by type, the data model's rule. `record_metrics` keys a call's attributes
+once (`SeriesAttributes`), whatever number of values it records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+# Marks a value whose series key carries its type (see `_typed_value`); never equal to
+# any attribute value.
+_TYPED: Final = object()
+
+
+def _typed_value(value: object) -> object:
+    """`value` with its type, so 1, True and 1.0 (equal in Python) key apart."""
+    if type(value) is tuple:  # cleaned sequences hold items of one type
+        return (_TYPED, tuple, type(value[0]) if value else None, value)
+    return (_TYPED, type(value), value)
+
+
+def plain_series_key(attributes: Mapping[str, object]) -> frozenset[Any]:
+    """The series an attribute set records on where the SDK keys by `frozenset(items)`."""
+    return frozenset(attributes.items())
+
+
+def typed_series_key(attributes: Mapping[str, object]) -> frozenset[Any]:
+    """The series where the SDK keys by value and type (1, True and 1.0 are three series).
+
+    Strings and ints cannot be confused with each other, so only other values are typed.
+    """
+    for value in attributes.values():
+        value_type = type(value)
+        if value_type is not str and value_type is not int:
+            return frozenset(
+                [
+                    (key, item if type(item) is str or type(item) is int else _typed_value(item))
+                    for key, item in attributes.items()
+                ]
+            )
+    return frozenset(attributes.items())
+
+
+#: The installed SDK's rule (see the module docstring). Read on every keying, so that the
+#: limit and the buffer always key alike.
+series_key: Callable[[Mapping[str, object]], frozenset[Any]] = typed_series_key
+
+
+def follow_sdk(keyed_by_type: bool) -> None:
+    """Key series as the installed SDK does: by value and type, or by `frozenset(items)`."""
+    global series_key
+    series_key = typed_series_key if keyed_by_type else plain_series_key
+
+
+class SeriesAttributes(dict[str, object]):
+    """A copy of one call's attributes that carries its series key.
+
+    `record_metrics` makes one per call with attributes where the limit or a buffer keys
+    them, and hands it to every record method of the call: each reads `series_key`
+    instead of keying again, and the SDK gets a dict, as it expects. Local to the call,
+    so no thread ever sees another's; a copy, so the caller may change its own dict
+    before the values reach the SDK. Build it with `keyed`.
+    """
+
+    __slots__ = ("series_key",)
+
+    series_key: frozenset[Any] | None  # None for a set that cannot be hashed
+
+
+def keyed(attributes: Mapping[str, object]) -> SeriesAttributes:
+    """`attributes` copied, with their series key by the installed SDK's rule; never raises
+    for an unhashable value (cleaned attributes never hold one): its key is None."""
+    copied = SeriesAttributes(attributes)
+    try:
+        copied.series_key = series_key(copied)
+    except TypeError:
+        copied.series_key = None
+    return copied

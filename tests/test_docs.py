@@ -487,3 +487,129 @@ def test_the_api_page_shows_the_call_a_consumer_makes(built_site: pathlib.Path) 
     markup = (built_site / "api" / "index.html").read_text(encoding="utf-8")
     assert 'href="../configuration/#fields-and-their-variables"' in markup
     assert 'href="../exporters/#forked-children"' in markup
+
+
+# The public API: each public module's __all__ is what docs/api.md renders (mkdocstrings'
+# "public" filter follows __all__). Read from the source with ast, so the docs session,
+# which installs no lens, runs these too.
+SOURCE = REPOSITORY / "packages" / "lens-core" / "src"
+API_PAGE = REPOSITORY / "docs" / "api.md"
+# Undocumented attributes consumers already use, kept on purpose (spec, "Private names that
+# consumer tests already touch"): Gym's tests patch `nemo.lens.helpers.trace.get_tracer`, and
+# `is_span_group_enabled` was importable from helpers before it moved to state.
+KEPT_FOR_CONSUMERS = {"nemo.lens.helpers": {"trace", "is_span_group_enabled"}}
+
+
+def _module_path(module: str) -> pathlib.Path:
+    path = SOURCE.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _documented_modules() -> dict[str, tuple[str, ...] | None]:
+    """Each `::: target` of docs/api.md by module: None for the whole module, else the
+    names a block documents (`::: nemo.lens.get_tracer`, or `options: members:`)."""
+    documented: dict[str, tuple[str, ...] | None] = {}
+    text = API_PAGE.read_text(encoding="utf-8")
+    for target, options in re.findall(r"^::: ([\w.]+)\n((?:    .*\n)*)", text, re.MULTILINE):
+        members = re.search(r"members: \[([^\]]*)\]", options)
+        if _module_path(target).exists() and members is None:
+            documented[target] = None
+            continue
+        module, _, name = target.rpartition(".")
+        if members is not None:
+            module, names = target, tuple(m.strip() for m in members[1].split(","))
+        else:
+            names = (name,)
+        if documented.get(module, ()) is not None:
+            documented[module] = (*(documented.get(module) or ()), *names)
+    return documented
+
+
+def _public_modules() -> list[str]:
+    """Every module of lens-core whose dotted path has no underscore part."""
+    modules = []
+    for path in sorted(SOURCE.rglob("*.py")):
+        parts = path.relative_to(SOURCE).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if not any(part.startswith("_") for part in parts):
+            modules.append(".".join(parts))
+    return modules
+
+
+def _top_level(tree: ast.Module) -> Iterator[ast.stmt]:
+    """The module's top-level statements, looking into `if` and `try` blocks."""
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        yield node
+        if isinstance(node, ast.If):
+            pending[:0] = [*node.body, *node.orelse]
+        elif isinstance(node, ast.Try):
+            pending[:0] = [*node.body, *node.orelse, *node.finalbody]
+            pending[:0] = [s for handler in node.handlers for s in handler.body]
+
+
+def _public_names(module: str) -> tuple[tuple[str, ...] | None, set[str]]:
+    """(`__all__`, the names `module` defines or re-exports without an underscore).
+
+    Defined: a def, a class or an assignment. Re-exported: `from x import name as name`,
+    the explicit re-export spelling; a plain import is the module's own business."""
+    tree = ast.parse(_module_path(module).read_text(encoding="utf-8"))
+    declared: tuple[str, ...] | None = None
+    names: set[str] = set()
+    for node in _top_level(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id == "__all__":
+                    declared = tuple(ast.literal_eval(node.value))  # type: ignore[arg-type]
+                elif isinstance(target, ast.Name):
+                    names.add(target.id)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(alias.name for alias in node.names if alias.asname == alias.name)
+    return declared, {name for name in names if not name.startswith("_")}
+
+
+def test_every_public_module_is_on_the_api_page() -> None:
+    """A module consumers can import by a public path is documented, unless it defines
+    nothing public (version.py holds only `__version__`, which the root documents)."""
+    documented = _documented_modules()
+    missing = [
+        module
+        for module in _public_modules()
+        if module not in documented and (_public_names(module)[0] or _public_names(module)[1])
+    ]
+    assert missing == [], "not on the API page: " + ", ".join(missing)
+
+
+@pytest.mark.parametrize("module", sorted(_documented_modules()))
+def test_a_public_module_exports_exactly_its_documented_api(module: str) -> None:
+    """`__all__` is sorted and lists everything the module defines for consumers; all else
+    it defines has an underscore name. A block naming members names only `__all__`'s."""
+    declared, public = _public_names(module)
+    assert declared is not None, f"{module} declares no __all__"
+    assert list(declared) == sorted(declared), f"{module}.__all__ is not sorted"
+    undeclared = sorted(public - set(declared) - KEPT_FOR_CONSUMERS.get(module, set()))
+    assert undeclared == [], f"{module}: public-looking names outside __all__ (add or rename)"
+    assert set(_documented_modules()[module] or ()) <= set(declared)
+
+
+def test_the_api_page_documents_every_name_of_every_all(built_site: pathlib.Path) -> None:
+    """Each name of each documented `__all__` has its heading on the built API page: under
+    its module, or, for a module documented in part (the package root, whose re-exports are
+    documented where they are defined), under any module of the page. `__version__` is
+    described in the root's prose."""
+    markup = (built_site / "api" / "index.html").read_text(encoding="utf-8")
+    anchors = set(re.findall(r'id="(nemo\.lens[\w.]*)"', markup))
+    anchored_names = {anchor.rpartition(".")[2] for anchor in anchors}
+    missing = []
+    for module, members in _documented_modules().items():
+        for name in _public_names(module)[0] or ():
+            if name.startswith("__"):
+                continue
+            whole = members is None
+            if f"{module}.{name}" not in anchors and (whole or name not in anchored_names):
+                missing.append(f"{module}.{name}")
+    assert missing == [], "not on the API page: " + ", ".join(missing)

@@ -8,7 +8,7 @@ is why mkdocs.yml names griffe's dataclasses extension before this one):
   `NemoLensConfig._span_group_cls`, set through `from_env(span_group_cls=...)`); documented
   ones are part of the call a consumer makes (`ray_dispatch_with_context(..., _carrier=)`).
 - A default that names a constant shows the constant's literal value
-  (`service_name: str = "nemo"`, not `DEFAULT_SERVICE_NAME`). The value is followed through
+  (`service_name: str = "nemo"`, not `_DEFAULT_SERVICE_NAME`). The value is followed through
   other constants and through a one-argument call that wraps a literal (lens's default
   service name is a `str` subclass around `"nemo"`); anything else keeps its name.
 """

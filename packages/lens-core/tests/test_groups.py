@@ -19,7 +19,7 @@ from nemo.lens import (
     set_enabled_span_groups,
     setup_telemetry,
 )
-from nemo.lens.groups import strict_resolver_for
+from nemo.lens.groups import _strict_resolver_for
 from nemo.lens.state import enabled_span_groups, pending_span_groups, set_span_group_spec
 from nemo.lens.testing import isolated_telemetry, reset_span_state
 
@@ -615,8 +615,8 @@ def test_late_registration_warns_once_per_namespace(caplog: pytest.LogCaptureFix
 
 def test_resolver_rule() -> None:
     """A configured class is strict; else a non-empty registry is lenient; else SpanGroup."""
-    assert strict_resolver_for(GymSpanGroup) is GymSpanGroup
-    assert strict_resolver_for(None) is SpanGroup
+    assert _strict_resolver_for(GymSpanGroup) is GymSpanGroup
+    assert _strict_resolver_for(None) is SpanGroup
     SpanRegistry.register("nemo_rl", ["rollout"])
-    assert strict_resolver_for(None) is None
-    assert strict_resolver_for(GymSpanGroup) is GymSpanGroup
+    assert _strict_resolver_for(None) is None
+    assert _strict_resolver_for(GymSpanGroup) is GymSpanGroup

@@ -9,7 +9,7 @@ import pytest
 from lens_spans import one
 
 import nemo.lens
-from nemo.lens.propagation import extract_context, inject_context, install_w3c_propagator
+from nemo.lens.propagation import _install_w3c_propagator, extract_context, inject_context
 from nemo.lens.testing import InMemorySpans, reset_span_state
 
 pytest.importorskip("opentelemetry.sdk.trace")
@@ -117,12 +117,12 @@ def test_inject_never_raises(spans: InMemorySpans, caplog: pytest.LogCaptureFixt
 def test_install_w3c_propagator(clean_environ: pytest.MonkeyPatch, spans: InMemorySpans) -> None:
     """Setup's propagator is tracecontext plus baggage, unless OTEL_PROPAGATORS is set."""
     propagate.set_global_textmap(CompositePropagator([]))
-    install_w3c_propagator()
+    _install_w3c_propagator()
     assert propagate.get_global_textmap().fields == {"traceparent", "tracestate", "baggage"}
     chosen = CompositePropagator([])
     propagate.set_global_textmap(chosen)
     clean_environ.setenv("OTEL_PROPAGATORS", "b3")
-    install_w3c_propagator()
+    _install_w3c_propagator()
     assert propagate.get_global_textmap() is chosen
 
 

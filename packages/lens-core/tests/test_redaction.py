@@ -1,6 +1,6 @@
 """Redaction: which span attribute keys are secret, on every span helper's path.
 
-The rule (see `nemo.lens.helpers.is_secret_key`): keys and entries are compared as
+The rule (see `nemo.lens._redaction.is_secret_key`): keys and entries are compared as
 lower-case words, so spelling and case do not matter; a custom set extends the defaults;
 quantity names around an entry (`token_count`, `num_tokens`, `tokens_per_sec`) are not
 secrets.
@@ -25,7 +25,7 @@ from nemo.lens import (
     set_enabled_span_groups,
     span_cm,
 )
-from nemo.lens.helpers import REDACTED, is_secret_key
+from nemo.lens._redaction import REDACTED, is_secret_key
 from nemo.lens.testing import InMemorySpans, reset_span_state
 
 pytest.importorskip("opentelemetry.sdk.trace")

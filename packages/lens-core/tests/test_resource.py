@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nemo.lens._sdk._pipeline import build_resource
-from nemo.lens.resources import clean_attributes, detect_resource, resource_attributes
+from nemo.lens.resources import _attributes_for_setup, _clean_attributes, detect_resource
 from nemo.lens.version import __version__
 
 
@@ -29,7 +29,7 @@ def attributes(**overrides: Any) -> dict[str, Any]:
         "filesystem_root": Path("/nonexistent-root-for-lens-tests"),
     }
     arguments.update(overrides)
-    return dict(resource_attributes(**arguments))
+    return dict(_attributes_for_setup(**arguments))
 
 
 def test_lens_keys_for_a_ranked_process() -> None:
@@ -170,7 +170,7 @@ def test_unsupported_caller_values_are_dropped_with_a_warning(
 ) -> None:
     """Values the SDK cannot carry are dropped, each warning naming its key."""
     caplog.set_level(logging.WARNING, logger="nemo.lens.resources")
-    cleaned = clean_attributes(
+    cleaned = _clean_attributes(
         {"ok": 1.5, "none": None, "mixed": [1, "a"], "obj": object(), 3: "x", "flags": (True,)}
     )
     assert cleaned == {"ok": 1.5, "flags": (True,)}
@@ -182,7 +182,7 @@ def test_unsupported_caller_values_are_dropped_with_a_warning(
 def test_non_mapping_caller_attributes_are_ignored(caplog: pytest.LogCaptureFixture) -> None:
     """A non-mapping is ignored with a warning."""
     caplog.set_level(logging.WARNING, logger="nemo.lens.resources")
-    assert clean_attributes(["a"]) == {}
+    assert _clean_attributes(["a"]) == {}
     assert "must be a mapping" in caplog.text
 
 

@@ -33,7 +33,7 @@ from nemo.lens._sdk._sampling import (
     rank_aware_sampler,
     sampler_from_environment,
 )
-from nemo.lens.strategies import get_export_strategy, rank_in_sample
+from nemo.lens.strategies import _rank_in_sample, get_export_strategy
 
 RANKS = range(512)
 TRACE_ID = 0x0123456789ABCDEF0123456789ABCDEF
@@ -84,7 +84,7 @@ def test_hash_is_the_sampled_strategys(rate: float) -> None:
     config = NemoLensConfig(export_sample_rate=rate)
     for rank in RANKS:
         expected = spec_hash_keeps(rank, rate)
-        assert rank_in_sample(rank, rate) is expected
+        assert _rank_in_sample(rank, rate) is expected
         assert strategy(config, rank, len(RANKS)) is expected
 
 
@@ -115,7 +115,7 @@ def test_the_decision_is_made_once_at_construction(monkeypatch: pytest.MonkeyPat
     def fail(*args: object) -> bool:
         raise AssertionError("the hash ran again")
 
-    monkeypatch.setattr(_sampling, "rank_in_sample", fail)
+    monkeypatch.setattr(_sampling, "_rank_in_sample", fail)
     assert decision(sampler) is Decision.RECORD_AND_SAMPLE
 
 

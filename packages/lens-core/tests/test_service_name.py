@@ -15,7 +15,7 @@ import pytest
 from lens_children import run_child
 
 from nemo.lens import NemoLensConfig, _otel_env
-from nemo.lens.config import is_default_service_name
+from nemo.lens.config import _is_default_service_name
 
 _CHILD = """
 import sys
@@ -75,11 +75,11 @@ def test_the_default_equals_nemo_but_is_told_apart_from_a_name_set_in_code() -> 
     config = NemoLensConfig()
     assert config.service_name == "nemo"
     assert repr(config.service_name) == "'nemo'"
-    assert is_default_service_name(config.service_name)
-    assert is_default_service_name(copy.deepcopy(config).service_name)
-    assert is_default_service_name(pickle.loads(pickle.dumps(config)).service_name)
+    assert _is_default_service_name(config.service_name)
+    assert _is_default_service_name(copy.deepcopy(config).service_name)
+    assert _is_default_service_name(pickle.loads(pickle.dumps(config)).service_name)
     config.service_name = "nemo"
-    assert not is_default_service_name(config.service_name)
+    assert not _is_default_service_name(config.service_name)
 
 
 def test_resource_attributes_service_name_is_decoded_and_the_last_one_wins() -> None:

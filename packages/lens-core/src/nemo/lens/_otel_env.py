@@ -550,7 +550,7 @@ def sdk_disabled(environ: Mapping[str, str] | None = None) -> tuple[bool, str | 
 
 
 #: lens's service name when neither code nor the environment names one.
-DEFAULT_SERVICE_NAME: Final = "nemo"
+_DEFAULT_SERVICE_NAME: Final = "nemo"
 
 
 def resource_attributes_service_name(environ: Mapping[str, str] | None = None) -> str | None:

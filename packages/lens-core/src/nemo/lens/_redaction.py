@@ -18,9 +18,6 @@ from nemo.lens._warn_once import WarnOnce
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "nemo.lens redaction")
 
-#: Attribute keys whose values never leave the process. A key matches an entry by words,
-#: not by spelling (see `is_secret_key`): `PASSWORD`, `apiKey`, `X-Api-Key`,
-#: `aws_secret_access_key` and `http.request.header.authorization` are all redacted.
 DEFAULT_REDACT_KEYS: Final[frozenset[str]] = frozenset(
     {
         # lens v0.2.0's list
@@ -47,6 +44,9 @@ DEFAULT_REDACT_KEYS: Final[frozenset[str]] = frozenset(
         "cookies",
     }
 )
+"""Attribute keys whose values never leave the process. A key matches an entry by words,
+not by spelling: `PASSWORD`, `apiKey`, `X-Api-Key`, `aws_secret_access_key` and
+`http.request.header.authorization` are all redacted."""
 REDACTED: Final = "[REDACTED]"
 
 # The words of a key: runs of letters split at camelCase humps, and runs of digits;

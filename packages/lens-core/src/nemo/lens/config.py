@@ -40,10 +40,10 @@ class _DefaultServiceName(str):
 
 
 #: The `service_name` default: `"nemo"`, unless OpenTelemetry's variables name one.
-DEFAULT_SERVICE_NAME: Final = _DefaultServiceName(_otel_env.DEFAULT_SERVICE_NAME)
+_DEFAULT_SERVICE_NAME: Final = _DefaultServiceName(_otel_env._DEFAULT_SERVICE_NAME)
 
 
-def is_default_service_name(name: object) -> bool:
+def _is_default_service_name(name: object) -> bool:
     """True when `name` is the untouched default (nobody set a service name)."""
     return type(name) is _DefaultServiceName
 
@@ -61,7 +61,7 @@ class NemoLensConfig:
     """
 
     enabled: bool = False
-    service_name: str = DEFAULT_SERVICE_NAME
+    service_name: str = _DEFAULT_SERVICE_NAME
     export_strategy: str = "single_rank"
     export_rank: int = -1
     export_sample_rate: float = 1.0
@@ -85,7 +85,7 @@ class NemoLensConfig:
     )
 
     def __post_init__(self) -> None:
-        check_sample_rate(self.export_sample_rate, "NemoLensConfig.export_sample_rate")
+        _check_sample_rate(self.export_sample_rate, "NemoLensConfig.export_sample_rate")
 
     def _env_source(self, name: str) -> tuple[str, Any] | None:
         """`(variable, value)` `from_env` read field `name` from, while the field still
@@ -115,12 +115,12 @@ class NemoLensConfig:
             ValueError: A strict resolver does not know a part of `span_groups`; the message
                 names the variable `from_env` read it from, while the field holds that value.
         """
-        from nemo.lens.groups import SpanRegistry, resolve_configured, strict_resolver_for
+        from nemo.lens.groups import SpanRegistry, _resolve_configured, _strict_resolver_for
 
-        strict = strict_resolver_for(self._span_group_cls)
+        strict = _strict_resolver_for(self._span_group_cls)
         if strict is None:
             return SpanRegistry.resolve(self.span_groups)[0]
-        return resolve_configured(strict, self.span_groups, self._env_source("span_groups"))
+        return _resolve_configured(strict, self.span_groups, self._env_source("span_groups"))
 
     @classmethod
     def from_env(
@@ -155,7 +155,7 @@ class NemoLensConfig:
             service_name=(
                 reader.read("SERVICE_NAME", str, "a string", "")
                 or _otel_env.environment_service_name()
-                or DEFAULT_SERVICE_NAME
+                or _DEFAULT_SERVICE_NAME
             ),
             export_strategy=reader.read("EXPORT_STRATEGY", str, "a string", "single_rank"),
             export_rank=reader.read("EXPORT_RANK", int, "an integer, e.g. 0 or -1", -1),
@@ -234,7 +234,7 @@ def _parse_bool(raw: str) -> bool:
 
 def _parse_rate(raw: str) -> float:
     rate = float(raw)
-    check_sample_rate(rate, "export_sample_rate")
+    _check_sample_rate(rate, "export_sample_rate")
     return rate
 
 
@@ -245,7 +245,7 @@ def _parse_cardinality_limit(raw: str) -> int:
     return limit
 
 
-def check_cardinality_limit(
+def _check_cardinality_limit(
     limit: object, label: str = "NemoLensConfig.metric_cardinality_limit"
 ) -> int:
     """`limit` if it is an int >= 0 (a bool is refused); setup calls it.
@@ -259,7 +259,7 @@ def check_cardinality_limit(
     return limit
 
 
-def check_console_path(path: object, label: str = "NemoLensConfig.console_path") -> str:
+def _check_console_path(path: object, label: str = "NemoLensConfig.console_path") -> str:
     """`path` if it is a str (empty: standard output); setup calls it.
 
     Raises:
@@ -273,7 +273,7 @@ def check_console_path(path: object, label: str = "NemoLensConfig.console_path")
     return path
 
 
-def check_sample_rate(rate: Any, name: str) -> None:
+def _check_sample_rate(rate: Any, name: str) -> None:
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
         raise LensTypeError(
             f"{name} must be a number in [0.0, 1.0], got {type(rate).__name__} ({rate!r})"

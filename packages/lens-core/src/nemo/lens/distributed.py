@@ -27,11 +27,12 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanContext, Tracer
 
+from nemo.lens._span_lifecycle import encodable_span_name
 from nemo.lens._warn_once import WarnOnce
-from nemo.lens.helpers import encodable_span_name, safe_set_span_attributes
+from nemo.lens.helpers import safe_set_span_attributes
 from nemo.lens.propagation import (
-    carrier_from_bytes,
-    carrier_to_bytes,
+    _carrier_from_bytes,
+    _carrier_to_bytes,
     extract_context,
     inject_context,
 )
@@ -201,7 +202,7 @@ def _encode_current_context() -> bytes:
     """The current context's carrier as UTF-8 JSON; b"" when it cannot be sent."""
     carrier: dict[str, str] = {}
     inject_context(carrier)
-    payload = carrier_to_bytes(carrier)
+    payload = _carrier_to_bytes(carrier)
     if payload is None:  # a custom propagator wrote something JSON cannot carry
         _warnings.warn(
             ("carrier not JSON",),
@@ -223,7 +224,7 @@ def _encode_current_context() -> bytes:
 
 def _decode_carrier(payload: bytes) -> dict[str, str] | None:
     """The carrier `payload` holds, or None when it is not a JSON object of strings."""
-    carrier = carrier_from_bytes(payload)
+    carrier = _carrier_from_bytes(payload)
     if carrier is None:
         _warnings.warn(
             ("carrier unreadable",),

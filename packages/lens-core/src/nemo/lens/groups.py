@@ -9,7 +9,7 @@ Two resolvers coexist because two consumer generations do:
   a spec token nobody registered yet is kept pending instead of failing, so a library that
   registers late still gets its spans.
 
-Both walk a spec with the one token loop `_resolve_tokens`. `strict_resolver_for` holds the
+Both walk a spec with the one token loop `_resolve_tokens`. `_strict_resolver_for` holds the
 rule that picks between them for a configuration.
 """
 
@@ -31,12 +31,12 @@ _logger = logging.getLogger(__name__)
 
 
 #: The preset every resolver understands as "every known group"; never a group name.
-ALL_PRESET: Final = "all"
+_ALL_PRESET: Final = "all"
 
 
 #: Where `NemoLensConfig.from_env` read a span-group spec: `(variable, value)`, as
 #: `NemoLensConfig._env_source("span_groups")` gives it; None for a spec set in code.
-SpecSource: TypeAlias = tuple[str, Any] | None
+_SpecSource: TypeAlias = tuple[str, Any] | None
 
 
 def _spec_tokens(spec: str) -> list[str]:
@@ -67,7 +67,7 @@ def _resolve_tokens(
     return frozenset(enabled)
 
 
-def source_note(source: SpecSource) -> str:
+def _source_note(source: _SpecSource) -> str:
     """How an error or warning names where its spec came from: `""` for a spec set in code,
     else `" (span_groups comes from the environment variable X='...')"`."""
     if source is None:
@@ -127,7 +127,7 @@ class SpanGroup:
     _PRESETS: ClassVar[dict[str, frozenset[str]]] = {
         "default": frozenset({JOB, CHECKPOINT, EVALUATE}),
         "per_step": ALL_GROUPS,
-        ALL_PRESET: ALL_GROUPS,
+        _ALL_PRESET: ALL_GROUPS,
     }
 
     @classmethod
@@ -227,10 +227,10 @@ class SpanRegistry:
         name = _normalise_name(namespace, "namespace")
         new_groups = frozenset(_normalise_names(groups, f"groups of namespace {name!r}"))
         for group in new_groups:
-            if group == ALL_PRESET:
+            if group == _ALL_PRESET:
                 raise LensValueError(
                     f"SpanRegistry.register: namespace {name!r} declares a group named "
-                    f"'{ALL_PRESET}', which is reserved for the preset of every group"
+                    f"'{_ALL_PRESET}', which is reserved for the preset of every group"
                 )
         new_presets = _normalise_presets(presets, name)
         with cls._lock:
@@ -341,11 +341,11 @@ class SpanRegistry:
         for presets in cls._presets_by_namespace.values():
             for preset, members in presets.items():
                 merged[preset] = merged.get(preset, frozenset()) | (members & live)
-        merged[ALL_PRESET] = live
+        merged[_ALL_PRESET] = live
         return merged
 
 
-def _resolve_strictly(cls: type[SpanGroup], spec: str, source: SpecSource) -> frozenset[str]:
+def _resolve_strictly(cls: type[SpanGroup], spec: str, source: _SpecSource) -> frozenset[str]:
     """`SpanGroup.resolve` on `cls`'s tables; an unknown token's error also names `source`."""
     if not isinstance(spec, str):
         raise LensTypeError(
@@ -358,13 +358,13 @@ def _resolve_strictly(cls: type[SpanGroup], spec: str, source: SpecSource) -> fr
     def refuse(token: str) -> NoReturn:
         valid = sorted(known | presets.keys())
         raise LensValueError(
-            f"Unknown span group or preset: '{token}'. Valid options: {valid}{source_note(source)}"
+            f"Unknown span group or preset: '{token}'. Valid options: {valid}{_source_note(source)}"
         )
 
     return _resolve_tokens(spec, presets, known, refuse)
 
 
-def resolve_configured(cls: type[SpanGroup], spec: str, source: SpecSource) -> frozenset[str]:
+def _resolve_configured(cls: type[SpanGroup], spec: str, source: _SpecSource) -> frozenset[str]:
     """Resolve a configuration's spec strictly, as `cls.resolve(spec)` does (setup and
     `NemoLensConfig.resolved_span_groups` call it); an unknown token's error names `source`.
 
@@ -392,16 +392,16 @@ def _subclass_presets(cls: type[SpanGroup]) -> dict[str, frozenset[str]]:
             f"{type(extra).__name__} ({extra!r})"
         )
     # `cls` has no `_PRESETS` of its own yet, so this is the nearest parent's table.
-    presets = {**cls._PRESETS, ALL_PRESET: frozenset(groups)}
+    presets = {**cls._PRESETS, _ALL_PRESET: frozenset(groups)}
     for raw_name, raw_members in extra.items():
         if not isinstance(raw_name, str) or not raw_name.strip():
             raise LensValueError(
                 f"{where}: a preset name must be a non-empty string, got {raw_name!r}"
             )
         name = raw_name.strip().lower()
-        if name == ALL_PRESET:
+        if name == _ALL_PRESET:
             raise LensValueError(
-                f"{where}: a preset may not be named '{ALL_PRESET}', which always means "
+                f"{where}: a preset may not be named '{_ALL_PRESET}', which always means "
                 f"every group of {cls.__name__}.ALL_GROUPS"
             )
         if isinstance(raw_members, str) or not isinstance(raw_members, Iterable):
@@ -420,7 +420,7 @@ def _subclass_presets(cls: type[SpanGroup]) -> dict[str, frozenset[str]]:
     return presets
 
 
-def strict_resolver_for(span_group_cls: type[SpanGroup] | None) -> type[SpanGroup] | None:
+def _strict_resolver_for(span_group_cls: type[SpanGroup] | None) -> type[SpanGroup] | None:
     """Apply the "which resolver" rule: the strict class to use, or None for the registry.
 
     1. A configured `span_group_cls` resolves strictly.
@@ -470,10 +470,10 @@ def _normalise_presets(
     normalised: dict[str, frozenset[str]] = {}
     for raw_name, members in presets.items():
         preset = _normalise_name(raw_name, f"a preset name of namespace {namespace!r}")
-        if preset == ALL_PRESET:
+        if preset == _ALL_PRESET:
             raise LensValueError(
                 f"SpanRegistry.register: namespace {namespace!r} declares a preset named "
-                f"'{ALL_PRESET}', which lens defines as every registered group"
+                f"'{_ALL_PRESET}', which lens defines as every registered group"
             )
         normalised[preset] = normalised.get(preset, frozenset()) | frozenset(
             _normalise_names(members, f"preset {preset!r} of namespace {namespace!r}")
@@ -488,7 +488,7 @@ _change_listeners: list[Callable[[], bool]] = []
 _late_registrations = WarnOnce(_logger, "SpanRegistry late registrations")
 
 
-def on_registry_change(listener: Callable[[], bool]) -> None:
+def _on_registry_change(listener: Callable[[], bool]) -> None:
     """Call `listener()` after every change to `SpanRegistry`; see `_change_listeners`."""
     _change_listeners.append(listener)
 

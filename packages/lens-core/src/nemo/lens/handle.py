@@ -23,11 +23,11 @@ from opentelemetry import metrics, trace
 from nemo.lens import _fork_hooks, _inheritance, _otel_env, _otel_internals, _shutdown, state
 from nemo.lens._export_plan import ExportPlan, build_export_plan
 from nemo.lens._otel_internals import ProxyMeterProvider
-from nemo.lens.config import NemoLensConfig, check_cardinality_limit, check_console_path
+from nemo.lens.config import NemoLensConfig, _check_cardinality_limit, _check_console_path
 from nemo.lens.errors import LensTypeError, LensValueError
-from nemo.lens.groups import SpanGroup, resolve_configured, strict_resolver_for
-from nemo.lens.propagation import install_w3c_propagator
-from nemo.lens.strategies import ExportStrategy, exports_once_per_node, get_export_strategy
+from nemo.lens.groups import SpanGroup, _resolve_configured, _strict_resolver_for
+from nemo.lens.propagation import _install_w3c_propagator
+from nemo.lens.strategies import ExportStrategy, _exports_once_per_node, get_export_strategy
 from nemo.lens.version import __version__
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ __all__ = ["TelemetryHandle", "setup_telemetry"]
 _logger = logging.getLogger(__name__)
 
 #: The scope name of `handle.tracer` and `handle.meter` (their scope version is lens's).
-INSTRUMENTATION_SCOPE = "nemo.lens"
+_INSTRUMENTATION_SCOPE = "nemo.lens"
 
 # Private, but consumer tests reset it to allow another setup; read at each call.
 _INITIALIZED: bool = False
@@ -289,15 +289,15 @@ def setup_telemetry(
         plan: ExportPlan | None = None
         disabled_by_env = False
         if config.enabled:
-            check_console_path(config.console_path, config._label("console_path"))
-            check_cardinality_limit(
+            _check_console_path(config.console_path, config._label("console_path"))
+            _check_cardinality_limit(
                 config.metric_cardinality_limit, config._label("metric_cardinality_limit")
             )
             # Built on every rank, before anything: building it checks every setting.
             injected = {"traces": span_exporter, "metrics": metric_reader}
             plan = build_export_plan(
                 config,
-                one_exporter_per_node=exports_once_per_node(
+                one_exporter_per_node=_exports_once_per_node(
                     config.export_strategy, custom=export_strategy is not None
                 ),
                 injected=frozenset(s for s, given in injected.items() if given is not None),
@@ -410,10 +410,10 @@ def _strict_span_groups(config: NemoLensConfig) -> frozenset[str] | None:
             "NemoLensConfig._span_group_cls must be a SpanGroup subclass or None, got "
             f"{span_group_cls!r}"
         )
-    strict = strict_resolver_for(span_group_cls)
+    strict = _strict_resolver_for(span_group_cls)
     if strict is None:
         return None
-    return resolve_configured(strict, config.span_groups, config._env_source("span_groups"))
+    return _resolve_configured(strict, config.span_groups, config._env_source("span_groups"))
 
 
 def _no_op_setup() -> TelemetryHandle:
@@ -430,7 +430,7 @@ def _no_op_setup() -> TelemetryHandle:
     state.set_enabled_span_groups(frozenset())
     handle = TelemetryHandle(
         trace.NoOpTracer(),
-        metrics.NoOpMeter(INSTRUMENTATION_SCOPE, version=__version__),
+        metrics.NoOpMeter(_INSTRUMENTATION_SCOPE, version=__version__),
         is_exporting=False,
     )
     # Built nothing, so its flush and shutdown touch nothing (not someone else's globals).
@@ -466,28 +466,28 @@ def _exporting_setup(
         resource_attributes=resource_attributes,
         span_exporter=span_exporter,
         metric_reader=metric_reader,
-        instrumentation_scope=INSTRUMENTATION_SCOPE,
+        instrumentation_scope=_INSTRUMENTATION_SCOPE,
     )
     _forget_finished_globals()
     if pipeline.tracer_provider is not None:
         _set_global(trace.set_tracer_provider, trace.get_tracer_provider, pipeline.tracer_provider)
-        tracer = pipeline.tracer_provider.get_tracer(INSTRUMENTATION_SCOPE, __version__)
+        tracer = pipeline.tracer_provider.get_tracer(_INSTRUMENTATION_SCOPE, __version__)
         if trace.get_tracer_provider() is not pipeline.tracer_provider:
             _warn_global_kept("tracer", "trace.get_tracer()")
     else:
-        tracer = trace.get_tracer(INSTRUMENTATION_SCOPE, __version__)
+        tracer = trace.get_tracer(_INSTRUMENTATION_SCOPE, __version__)
     if pipeline.meter_provider is not None:
         _set_global(metrics.set_meter_provider, metrics.get_meter_provider, pipeline.meter_provider)
-        meter = pipeline.meter_provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
+        meter = pipeline.meter_provider.get_meter(_INSTRUMENTATION_SCOPE, __version__)
         if metrics.get_meter_provider() is not pipeline.meter_provider:
             _warn_global_kept("meter", "metrics.get_meter()")
     else:
-        meter = metrics.get_meter(INSTRUMENTATION_SCOPE, __version__)
+        meter = metrics.get_meter(_INSTRUMENTATION_SCOPE, __version__)
     if pipeline.logger_provider is not None:
         _install_logger_provider(pipeline.logger_provider)
-    install_w3c_propagator()
+    _install_w3c_propagator()
     if strict_groups is None:
-        state.set_configured_span_group_spec(config.span_groups, config._env_source("span_groups"))
+        state._set_configured_span_group_spec(config.span_groups, config._env_source("span_groups"))
     else:
         state.set_enabled_span_groups(strict_groups)
     handle = TelemetryHandle(tracer, meter, is_exporting=True)

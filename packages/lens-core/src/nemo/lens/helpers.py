@@ -39,13 +39,13 @@ from opentelemetry.trace import Span, Tracer
 
 from nemo.lens import state as _state
 from nemo.lens._redaction import DEFAULT_REDACT_KEYS as DEFAULT_REDACT_KEYS
-from nemo.lens._redaction import REDACTED as REDACTED
-from nemo.lens._redaction import is_secret_key as is_secret_key
 from nemo.lens._redaction import redact_value as redact_value
-from nemo.lens._span_lifecycle import SpanLifecycle, set_attributes_safely, warn_failure
-from nemo.lens._span_lifecycle import encodable_span_name as encodable_span_name
-from nemo.lens._span_lifecycle import forget_default_tracers as forget_default_tracers
-from nemo.lens._span_lifecycle import record_span_error as record_span_error
+from nemo.lens._span_lifecycle import (
+    SpanLifecycle,
+    encodable_span_name,
+    set_attributes_safely,
+    warn_failure,
+)
 from nemo.lens.state import is_span_group_enabled as is_span_group_enabled  # kept importable
 
 __all__ = [
@@ -57,7 +57,7 @@ __all__ = [
     "trace_fn",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 # Tracer scopes: spans opened by trace_fn are told apart from the context managers' spans.
 _HELPERS_SCOPE: Final = "nemo.lens.helpers"
@@ -74,8 +74,8 @@ def safe_set_span_attributes(
     Returns at once for a None or non-recording span. None values are skipped; bool, int,
     float and str values are set; lists and tuples of one scalar type are set as tuples;
     anything else is dropped silently (the rule of `nemo.lens._attributes`). A secret key
-    (see `is_secret_key`) is set to `"[REDACTED]"`, whatever its value's type, and its
-    value is never logged.
+    ([Attributes and redaction](spans.md#attributes-and-redaction)) is set to
+    `"[REDACTED]"`, whatever its value's type, and its value is never logged.
 
     Args:
         span: The span to annotate, or None.
@@ -283,7 +283,7 @@ def _gate_of(group: object) -> object:
         return object()  # a name that cannot be looked up names no group: never traced
 
 
-def trace_fn(group: str, name: str, tracer: Tracer | None = None) -> Callable[[F], F]:
+def trace_fn(group: str, name: str, tracer: Tracer | None = None) -> Callable[[_F], _F]:
     """Decorate a function so each call runs in a span named `name` while `group` is on.
 
     The gate is checked on every call, so decorating at import, before setup, works;
@@ -302,18 +302,18 @@ def trace_fn(group: str, name: str, tracer: Tracer | None = None) -> Callable[[F
     gate = _gate_of(group)
     span_name = encodable_span_name(name)
 
-    def decorate(fn: F) -> F:
+    def decorate(fn: _F) -> _F:
         import inspect  # at decoration time, kept off `import nemo.lens`
 
         from nemo.lens import _trace_fn
 
         new_span = _trace_fn_spans(span_name, tracer)
         if inspect.iscoroutinefunction(fn):
-            return cast(F, _trace_fn.async_wrapper(fn, gate, new_span))
+            return cast(_F, _trace_fn.async_wrapper(fn, gate, new_span))
         wrapper = _trace_fn.same_signature_wrapper(fn, gate, new_span)
         if wrapper is None:
             wrapper = _trace_fn.any_signature_wrapper(fn, gate, new_span)
-        return cast(F, functools.wraps(fn)(wrapper))
+        return cast(_F, functools.wraps(fn)(wrapper))
 
     return decorate
 

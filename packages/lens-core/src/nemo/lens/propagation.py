@@ -46,7 +46,7 @@ def inject_context(carrier: dict[str, str]) -> None:
         _warnings.failure("inject_context", exc, _CARRIER_IGNORED)
 
 
-def carrier_to_bytes(carrier: Mapping[str, str]) -> bytes | None:
+def _carrier_to_bytes(carrier: Mapping[str, str]) -> bytes | None:
     """`carrier` as compact JSON bytes for a byte channel (a collective, a pipe).
 
     The JSON is ASCII (non-ASCII baggage is escaped), so the bytes are valid UTF-8 and
@@ -59,8 +59,8 @@ def carrier_to_bytes(carrier: Mapping[str, str]) -> bytes | None:
         return None
 
 
-def carrier_from_bytes(data: object) -> dict[str, str] | None:
-    """The carrier `carrier_to_bytes` wrote into `data`; None unless `data` is bytes-like
+def _carrier_from_bytes(data: object) -> dict[str, str] | None:
+    """The carrier `_carrier_to_bytes` wrote into `data`; None unless `data` is bytes-like
     UTF-8 JSON of an object of str to str. Never raises."""
     try:
         carrier = json.loads(memoryview(data).tobytes().decode("utf-8"))  # type: ignore[arg-type]
@@ -88,7 +88,7 @@ def extract_context(carrier: dict[str, str]) -> Context:
         return Context()
 
 
-def install_w3c_propagator() -> None:
+def _install_w3c_propagator() -> None:
     """Make the W3C composite propagator (tracecontext plus baggage) global.
 
     Called by an exporting setup. Leaves the global alone when `OTEL_PROPAGATORS` is set,

@@ -290,7 +290,7 @@ _gpu_count_memory = _GpuCountMemory()
 # --- the resource of an exporting process (setup's) ------------------------------------------
 
 
-def resource_attributes(
+def _attributes_for_setup(
     *,
     service_name: str,
     run_id: str,
@@ -322,7 +322,7 @@ def resource_attributes(
         filesystem_root: Where Kubernetes' service-account directory is looked for.
     """
     env = os.environ if environ is None else environ
-    caller = clean_attributes(caller_attributes)
+    caller = _clean_attributes(caller_attributes)
     attributes: dict[str, AttributeValue] = {
         semconv.SERVICE_NAME: service_name,
         semconv.SERVICE_VERSION: __version__,
@@ -354,7 +354,7 @@ def resource_attributes(
     return attributes
 
 
-def clean_attributes(attributes: object) -> dict[str, AttributeValue]:
+def _clean_attributes(attributes: object) -> dict[str, AttributeValue]:
     """Keep the entries an OpenTelemetry resource can carry; warn once per dropped key."""
     if attributes is None:
         return {}
@@ -388,7 +388,7 @@ def clean_attributes(attributes: object) -> dict[str, AttributeValue]:
     return cleaned
 
 
-def rank_from_attributes(attributes: object) -> tuple[int | None, int | None]:
+def _rank_from_attributes(attributes: object) -> tuple[int | None, int | None]:
     """The rank and world size a caller gave as resource attributes, or (None, None).
 
     Generation-B consumers pass no `rank=` to setup but `dl.rank`/`nv.dl.rank` and

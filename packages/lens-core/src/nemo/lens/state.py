@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from nemo.lens._fork_hooks import hold_lock_across_fork
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.errors import LensTypeError
-from nemo.lens.groups import SpanRegistry, SpecSource, on_registry_change, source_note
+from nemo.lens.groups import SpanRegistry, _on_registry_change, _source_note, _SpecSource
 
 __all__ = [
     "enabled_span_groups",
@@ -40,7 +40,7 @@ _enabled: frozenset[str] = frozenset()
 _pending: frozenset[str] = frozenset()
 # The lenient spec last stored, None while the set is pinned; and where it was read.
 _spec: str | None = None
-_spec_source: SpecSource = None
+_spec_source: _SpecSource = None
 # Situations already warned about since the set was last pinned.
 _warnings = WarnOnce(_logger, "span_groups resolution")
 _pp_trace_carrier: dict[str, str] | None = None
@@ -85,10 +85,10 @@ def set_span_group_spec(spec: str) -> None:
     the spec selects nothing, naming the bad tokens and what is registered; the same
     situation is never warned twice, and a valid spec never warns.
     """
-    set_configured_span_group_spec(spec, None)
+    _set_configured_span_group_spec(spec, None)
 
 
-def set_configured_span_group_spec(spec: str, source: SpecSource) -> None:
+def _set_configured_span_group_spec(spec: str, source: _SpecSource) -> None:
     """`set_span_group_spec` for setup: its warnings, now and on every re-resolution, also
     name `source`, the variable `NemoLensConfig.from_env` read `spec` from."""
     global _spec, _spec_source
@@ -140,7 +140,7 @@ def get_pp_trace_carrier() -> dict[str, str] | None:
     return _pp_trace_carrier
 
 
-def _resolve_stored_spec(spec: str, source: SpecSource) -> tuple[object, ...] | None:
+def _resolve_stored_spec(spec: str, source: _SpecSource) -> tuple[object, ...] | None:
     """Resolve the stored `spec` (the caller holds `_lock`); return a warning that is due,
     naming `source`."""
     global _enabled, _pending
@@ -157,7 +157,7 @@ def _resolve_stored_spec(spec: str, source: SpecSource) -> tuple[object, ...] | 
             "SpanRegistry yet (unknown tokens: %s). They stay pending until one registers.%s",
             spec,
             sorted(pending),
-            source_note(source),
+            _source_note(source),
         )
     elif pending:
         situation = ("unknown tokens", pending)
@@ -171,7 +171,7 @@ def _resolve_stored_spec(spec: str, source: SpecSource) -> tuple[object, ...] | 
             sorted(SpanRegistry.groups()),
             sorted(SpanRegistry.presets()),
             namespaces,
-            source_note(source),
+            _source_note(source),
         )
     elif not enabled:
         situation = ("nothing selected", frozenset())
@@ -200,7 +200,7 @@ def _registry_changed() -> bool:
     return configured
 
 
-on_registry_change(_registry_changed)
+_on_registry_change(_registry_changed)
 
 
 def _as_frozenset(groups: Iterable[str]) -> frozenset[str]:

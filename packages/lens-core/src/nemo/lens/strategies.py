@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 ExportStrategy: TypeAlias = Callable[[NemoLensConfig, int, int], bool]
+"""A strategy: `(config, rank, world_size) -> bool`, whether that rank exports."""
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "export strategies")
@@ -86,7 +87,7 @@ def _shown(value: object) -> str:
         return f"<{type(value).__name__} with a failing repr>"
 
 
-def rank_in_sample(rank: int, sample_rate: float) -> bool:
+def _rank_in_sample(rank: int, sample_rate: float) -> bool:
     """True when `rank` falls in the `sample_rate` share of ranks the hash keeps.
 
     Deterministic (md5 of the rank), so every process reaches the same answer for a
@@ -98,7 +99,7 @@ def rank_in_sample(rank: int, sample_rate: float) -> bool:
 
 def _sampled(config: NemoLensConfig, rank: int, world_size: int) -> bool:
     """A deterministic `export_sample_rate` share of the ranks exports, chosen by hash."""
-    return rank_in_sample(rank, config.export_sample_rate)
+    return _rank_in_sample(rank, config.export_sample_rate)
 
 
 def _first_rank_per_node(config: NemoLensConfig, rank: int, world_size: int) -> bool:
@@ -108,16 +109,16 @@ def _first_rank_per_node(config: NemoLensConfig, rank: int, world_size: int) -> 
 
 #: The built-in strategies under which at most one process of a node exports, so a
 #: Prometheus endpoint needs no per-rank port.
-ONE_EXPORTER_PER_NODE: Final = frozenset({"single_rank", "first_rank_per_node"})
+_ONE_EXPORTER_PER_NODE: Final = frozenset({"single_rank", "first_rank_per_node"})
 
 
-def exports_once_per_node(name: str, *, custom: bool = False) -> bool:
+def _exports_once_per_node(name: str, *, custom: bool = False) -> bool:
     """True when the strategy `name` lets at most one process per node export.
 
     `custom` says a strategy object was passed to `setup_telemetry` instead of a name;
     lens cannot know what such a strategy selects, so it counts as several per node.
     """
-    return not custom and name in ONE_EXPORTER_PER_NODE
+    return not custom and name in _ONE_EXPORTER_PER_NODE
 
 
 _BUILTINS: Final[dict[str, ExportStrategy]] = {
@@ -127,8 +128,8 @@ _BUILTINS: Final[dict[str, ExportStrategy]] = {
     "first_rank_per_node": _first_rank_per_node,
 }
 
-#: The strategies registered at import; they can be overridden but never unregistered.
 BUILTIN_STRATEGIES: Final = frozenset(_BUILTINS)
+"""The strategies registered at import; they can be overridden but never unregistered."""
 
 _strategies: dict[str, ExportStrategy] = dict(_BUILTINS)
 _lock = threading.Lock()

@@ -33,9 +33,9 @@ from opentelemetry import metrics, propagate, trace
 from nemo.lens import (
     _otel_internals,
     _shutdown,
+    _span_lifecycle,
     _warn_once,
     handle,
-    helpers,
     propagation,
     state,
     strategies,
@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 #: How long `reset_otel_globals` lets the old providers' shutdown run.
-RESET_SHUTDOWN_TIMEOUT_MS = 5000
+_RESET_SHUTDOWN_TIMEOUT_MS = 5000
 _SDK_HINT = "nemo.lens.testing needs the OpenTelemetry SDK; pip install 'lens-core[sdk]'"
 
 
@@ -111,7 +111,7 @@ def reset_otel_globals() -> None:
     """Shut down and forget OpenTelemetry's global providers; restore the default propagator.
 
     The tracer, meter and logger providers are shut down on a best-effort basis (within
-    `RESET_SHUTDOWN_TIMEOUT_MS`), then forgotten, so the next `set_*_provider` call takes
+    `_RESET_SHUTDOWN_TIMEOUT_MS`), then forgotten, so the next `set_*_provider` call takes
     effect. The text-map propagator becomes the one the API builds by default (from
     `OTEL_PROPAGATORS`, else W3C trace context plus baggage).
     """
@@ -121,9 +121,9 @@ def reset_otel_globals() -> None:
         if provider is not None and not _otel_internals.provider_is_shut_down(provider):
             steps += _shutdown.provider_steps(provider, label, flush=False, shut_down=True)
     if steps:
-        _shutdown.run_within("reset_otel_globals", steps, RESET_SHUTDOWN_TIMEOUT_MS)
+        _shutdown.run_within("reset_otel_globals", steps, _RESET_SHUTDOWN_TIMEOUT_MS)
     _otel_internals.forget_global_tracer_provider()
-    helpers.forget_default_tracers()
+    _span_lifecycle.forget_default_tracers()
     _otel_internals.forget_global_meter_provider()
     _otel_internals.forget_global_logger_provider()
     propagate.set_global_textmap(propagation._environment_propagator())

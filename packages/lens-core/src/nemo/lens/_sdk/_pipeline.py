@@ -30,7 +30,7 @@ from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
 from nemo.lens._sdk._sampling import build_sampler
 from nemo.lens._sdk._span_queue import SpanQueueGate, add_gated_batch_processor
 from nemo.lens._sdk._views import histogram_views
-from nemo.lens.config import NemoLensConfig, is_default_service_name
+from nemo.lens.config import NemoLensConfig, _is_default_service_name
 from nemo.lens.instruments import _cardinality
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _sampler_rank(
     """The rank the sampler hashes: setup's, else the one the resource attributes give."""
     if rank is not None:
         return rank, world_size
-    return resources.rank_from_attributes(attributes)
+    return resources._rank_from_attributes(attributes)
 
 
 def _resource_attributes(
@@ -146,12 +146,12 @@ def _resource_attributes(
     world_size: int | None,
     caller_attributes: Mapping[str, object] | None,
 ) -> dict[str, AttributeValue]:
-    """This process's resource attributes (`nemo.lens.resources.resource_attributes`), its
+    """This process's resource attributes (`nemo.lens.resources._attributes_for_setup`), its
     service name resolved in OpenTelemetry's order when the config keeps the default."""
     service_name = config.service_name
-    if is_default_service_name(service_name):
+    if _is_default_service_name(service_name):
         service_name = _otel_env.environment_service_name() or service_name
-    return resources.resource_attributes(
+    return resources._attributes_for_setup(
         service_name=service_name,
         run_id=config.run_id,
         user=config.user,

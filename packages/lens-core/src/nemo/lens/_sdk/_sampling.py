@@ -30,9 +30,9 @@ from opentelemetry.sdk.trace.sampling import (
 
 from nemo.lens import _otel_env
 from nemo.lens._warn_once import WarnOnce
-from nemo.lens.config import NemoLensConfig, check_sample_rate
+from nemo.lens.config import NemoLensConfig, _check_sample_rate
 from nemo.lens.errors import LensTypeError, LensValueError
-from nemo.lens.strategies import rank_in_sample
+from nemo.lens.strategies import _rank_in_sample
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -66,7 +66,7 @@ def build_sampler(
     """
     if not config.sampler_enabled:
         return None
-    check_sample_rate(
+    _check_sample_rate(
         config.export_sample_rate,
         "NemoLensConfig.export_sample_rate (the rate of the sampler that sampler_enabled installs)",
     )
@@ -102,7 +102,7 @@ def rank_aware_sampler(
             f"RankAwareSampler: rank must lie in [0, world_size), got rank={rank} of "
             f"world_size={world_size}"
         )
-    check_sample_rate(sample_rate, "RankAwareSampler sample_rate")
+    _check_sample_rate(sample_rate, "RankAwareSampler sample_rate")
     return RankAwareSampler(rank, world_size, float(sample_rate), delegate)
 
 
@@ -142,7 +142,7 @@ class RankAwareSampler(Sampler):
         self.world_size = world_size
         self.sample_rate = sample_rate
         #: Decided once: does this process keep any span?
-        self.selected = rank_in_sample(rank, sample_rate)
+        self.selected = _rank_in_sample(rank, sample_rate)
         chosen = DEFAULT_ON if delegate is None else delegate
         self._decider: Sampler = chosen if self.selected else ALWAYS_OFF
 

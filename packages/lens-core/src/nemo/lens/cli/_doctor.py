@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from nemo.lens import _export_plan, _otel_env
 from nemo.lens._export_plan import SignalPlan
+from nemo.lens._redaction import REDACTED, is_secret_key
 from nemo.lens.cli._common import (
     EXIT_BAD_INPUT,
     bind_problem,
@@ -86,8 +87,6 @@ def hide_secrets(text: str) -> str:
 
 
 def _hide_list_item(match: re.Match[str]) -> str:
-    from nemo.lens.helpers import REDACTED, is_secret_key
-
     if is_secret_key(match["key"]):
         return f"{match['key']}{match['equals']}{REDACTED}"
     return match[0]
@@ -100,8 +99,6 @@ def shown_variable(name: str, value: str) -> str:
     redaction rule) are shown as set but hidden; elsewhere, URL passwords are hidden and a
     `key=value` list item whose key is secret-looking has its value redacted.
     """
-    from nemo.lens.helpers import is_secret_key
-
     if "HEADERS" in name.upper() or is_secret_key(name):
         return HIDDEN
     shown = hide_secrets(value)
@@ -305,7 +302,7 @@ def _plan_signals(
 ) -> dict[str, SignalPlan]:
     """Each exporting signal's plan, built as setup builds it (`nemo.lens._export_plan`);
     every setting it refuses is a problem, every warning it gives a note."""
-    from nemo.lens.strategies import exports_once_per_node
+    from nemo.lens.strategies import _exports_once_per_node
 
     if config.exporter not in _otel_env.EXPORTERS:
         return {}  # the configuration check has failed already
@@ -322,7 +319,7 @@ def _plan_signals(
                 exporter,
                 config,
                 environ=environ,
-                one_exporter_per_node=exports_once_per_node(config.export_strategy),
+                one_exporter_per_node=_exports_once_per_node(config.export_strategy),
                 warnings=warnings,
                 notes=notes,
             )

@@ -17,8 +17,8 @@ from opentelemetry.context import Context
 
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.propagation import (
-    carrier_from_bytes,
-    carrier_to_bytes,
+    _carrier_from_bytes,
+    _carrier_to_bytes,
     extract_context,
     inject_context,
 )
@@ -38,7 +38,7 @@ def serialize_context() -> bytes:
     """
     carrier: dict[str, str] = {}
     inject_context(carrier)
-    payload = carrier_to_bytes(carrier)
+    payload = _carrier_to_bytes(carrier)
     if payload is None:  # a custom propagator wrote a value JSON cannot hold
         _warnings.warn(
             "serialize_context",
@@ -57,7 +57,7 @@ def deserialize_context(data: bytes | bytearray | memoryview) -> dict[str, str] 
             (bytes, bytearray, memoryview, a uint8 NumPy array) is read; anything else,
             a str included, gives None.
     """
-    return carrier_from_bytes(data)
+    return _carrier_from_bytes(data)
 
 
 def extract_nccl_context(data: bytes | bytearray | memoryview) -> Context:

@@ -76,6 +76,26 @@ def test_spans_without_an_sdk_are_non_recording() -> None:
     assert span.is_recording() is False
 
 
+def test_an_exporting_setup_names_the_sdk_extra_and_a_quiet_rank_still_works() -> None:
+    """setup_telemetry on an exporting rank raises ImportError naming lens-core[sdk] and
+    leaves no setup behind; a rank that exports nothing needs no SDK; the logging bridge
+    attaches nothing and says nothing."""
+    import nemo.lens.handle
+    from nemo.lens import NemoLensConfig, setup_telemetry
+    from nemo.lens.logging_bridge import setup_logging_bridge
+
+    config = NemoLensConfig(enabled=True, export_strategy="single_rank", export_rank=0)
+    with pytest.raises(ImportError, match=r"lens-core\[sdk\]"):
+        setup_telemetry(config, rank=0, world_size=2)
+    assert nemo.lens.handle._INITIALIZED is False
+    handle = setup_telemetry(config, rank=1, world_size=2)
+    assert handle.is_exporting is False
+    handle.shutdown()
+    before = list(logging.getLogger().handlers)
+    setup_logging_bridge()
+    assert logging.getLogger().handlers == before
+
+
 def test_instrument_aiohttp_client_names_its_extra() -> None:
     """Without the aiohttp instrumentation, instrument_aiohttp_client raises ImportError
     saying to `pip install 'lens-core[aiohttp]'` (NeMo-RL catches it)."""

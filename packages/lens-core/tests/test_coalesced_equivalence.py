@@ -13,7 +13,6 @@ together or each at its own moments.
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import Any
 
@@ -36,6 +35,7 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMet
 from opentelemetry.sdk.resources import Resource
 
 from nemo.lens import MetricSpec, record_metrics, register_metric_group
+from nemo.lens._process import BuiltHere
 from nemo.lens._sdk import _coalescing
 from nemo.lens.instruments import _cardinality, _coalesce
 
@@ -116,7 +116,7 @@ def build(setup: tuple[str, ...], coalesced: bool) -> tuple[Any, Any, list[InMem
         metric_readers=readers, resource=Resource.get_empty(), shutdown_on_exit=False
     )
     if coalesced:
-        buffer = _coalescing.coalesce_recording(provider, readers, os.getpid())
+        buffer = _coalescing.coalesce_recording(provider, readers, BuiltHere())
         assert buffer is not None
     meter = provider.get_meter("nemo.lens.equivalence")
     return provider, meter, readers

@@ -167,3 +167,28 @@ def test_private_modules_declare_no_all() -> None:
         if private and has_all:
             declaring.append(name)
     assert declaring == []
+
+
+def test_sdk_modules_define_classes_and_import_the_sdk_at_module_level() -> None:
+    """In `_sdk/`, no class is defined inside a function, and the SDK (`opentelemetry.sdk`)
+    is imported at the top of the module, never inside a function: `_sdk` is imported only
+    where an SDK object is built, so a module there has no reason to defer the SDK."""
+    offenders = []
+    for name, path in lens_modules().items():
+        if not name.startswith("nemo.lens._sdk"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.ClassDef):
+                    offenders.append(f"{name}: class {node.name} inside {function.name}()")
+                elif (
+                    isinstance(node, ast.ImportFrom)
+                    and (node.module or "").startswith("opentelemetry.sdk")
+                    # The SDK's deprecated log handler stands in for an optional package.
+                    and node.names[0].name != "LoggingHandler"
+                ):
+                    offenders.append(f"{name}: imports {node.module} in {function.name}()")
+    assert offenders == []

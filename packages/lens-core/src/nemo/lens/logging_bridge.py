@@ -32,7 +32,9 @@ def setup_logging_bridge(logger_name: str = "", level: int = logging.INFO) -> No
     try:
         # The SDK side is imported only now: `import nemo.lens.logging_bridge` needs the API.
         from nemo.lens._sdk._logging import new_logging_handler, sdk_logger_provider
-
+    except ImportError:
+        return  # no SDK, so the global logger provider cannot be the SDK's
+    try:
         provider = sdk_logger_provider()
         if provider is None:
             return

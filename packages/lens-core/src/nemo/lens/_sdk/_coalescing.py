@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+
+from opentelemetry.sdk.metrics import Meter, MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader
+from opentelemetry.sdk.resources import Resource
 
 from nemo.lens import _otel_internals
+from nemo.lens._process import BuiltHere
 from nemo.lens._sdk import _fork
 from nemo.lens.instruments import _coalesce, _series
 
-if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import MetricReader
-
 
 def coalesce_recording(
-    meter_provider: MeterProvider, readers: Sequence[MetricReader], owner_pid: int
+    meter_provider: MeterProvider, readers: Sequence[MetricReader], built: BuiltHere
 ) -> _coalesce.CoalescingBuffer | None:
     """Gate `readers` (see `_fork.gate_metric_reader`) and make `record_metrics` on
     `meter_provider`'s meters coalesce into a buffer that each collection flushes first:
@@ -39,14 +39,12 @@ def coalesce_recording(
     consumer = _otel_internals.provider_consumer(meter_provider)
     if keyed_by_type is None or consumer is None:
         for reader in readers:
-            _fork.gate_metric_reader(reader, owner_pid)
+            _fork.gate_metric_reader(reader, built)
         return None
     buffer = _coalesce.CoalescingBuffer(coalesce_sums=len(readers) == 1)
-    gated = [_fork.gate_metric_reader(reader, owner_pid, buffer.flush) for reader in readers]
+    gated = [_fork.gate_metric_reader(reader, built, buffer.flush) for reader in readers]
     if not all(gated):
         return None
-    from opentelemetry.sdk.metrics import Meter
-
     _coalesce.register(consumer, buffer, Meter)
     return buffer
 
@@ -59,10 +57,6 @@ def sdk_keys_by_type() -> bool | None:
     1 == True == 1.0); asked once, of a throwaway provider, through the public API only.
     None if the probe itself failed.
     """
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.resources import Resource
-
     reader = InMemoryMetricReader()
     provider = MeterProvider(
         metric_readers=[reader], resource=Resource.get_empty(), shutdown_on_exit=False

@@ -24,7 +24,6 @@ there would send the parent's points a second time under the parent's name. So:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -32,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from nemo.lens import _fork_hooks, _otel_internals
+from nemo.lens._process import BuiltHere
 from nemo.lens._sdk._console import LogRecordExporter, LogRecordExportResult
 from nemo.lens._warn_once import WarnOnce
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
-    from opentelemetry.sdk.trace import ReadableSpan
 
 
 _logger = logging.getLogger(__name__)
@@ -53,9 +52,10 @@ _gate_held_for_fork = False
 
 
 def gate_metric_reader(
-    reader: MetricReader, owner_pid: int, before_collect: Callable[[], None] | None = None
+    reader: MetricReader, built: BuiltHere, before_collect: Callable[[], None] | None = None
 ) -> bool:
-    """Make `reader` collect nothing outside `owner_pid`, and collect under the fork gate.
+    """Make `reader` collect nothing outside the process `built` names, and collect under
+    the fork gate.
 
     The gate wraps the collection callback the `MeterProvider` gave the reader (the one
     point every reader, periodic, pull or in-memory, collects through). `before_collect`,
@@ -73,7 +73,7 @@ def gate_metric_reader(
         return False
 
     def collect_in_owner(*args: Any, **kwargs: Any) -> Any:
-        if os.getpid() != owner_pid:
+        if not built.here():
             return None  # a forked child: the inherited points are the parent's to export
         if before_collect is not None:
             # Outside the gate: like recording, it only adds to the SDK's storage, and a
@@ -95,65 +95,46 @@ def gate_metric_reader(
     return True
 
 
-class ProcessBoundSpanExporter(SpanExporter):
-    """Forwards to `exporter` in process `owner_pid`; drops batches elsewhere."""
+class _ProcessBound:
+    """Forwards to `exporter` in the process that built it (`built`); drops batches in a
+    forked child, which must not send its parent's spans or logs a second time."""
 
-    def __init__(self, exporter: SpanExporter, owner_pid: int) -> None:
+    #: The SDK's success value for this exporter's signal.
+    _SUCCESS: Any
+
+    def __init__(self, exporter: Any, built: BuiltHere) -> None:
         super().__init__()
         self._exporter = exporter
-        self._owner_pid = owner_pid
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if os.getpid() != self._owner_pid:
-            return SpanExportResult.SUCCESS
-        return self._exporter.export(spans)
-
-    def shutdown(self) -> None:
-        # A child must not close connections its parent is still using.
-        if os.getpid() == self._owner_pid:
-            self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        if os.getpid() != self._owner_pid:
-            return True
-        return self._exporter.force_flush(timeout_millis)
-
-
-class ProcessBoundLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chosen by release
-    """Forwards to log record `exporter` in process `owner_pid`; drops batches elsewhere.
-
-    Its base class and results are this SDK's (`_console.LogRecordExporter`).
-    """
-
-    def __init__(self, exporter: Any, owner_pid: int) -> None:
-        super().__init__()
-        self._exporter = exporter
-        self._owner_pid = owner_pid
+        self._built = built
 
     def export(self, batch: Sequence[Any]) -> Any:
-        if os.getpid() != self._owner_pid:
-            return LogRecordExportResult.SUCCESS
+        if not self._built.here():
+            return self._SUCCESS
         return self._exporter.export(batch)
 
     def shutdown(self) -> None:
-        if os.getpid() == self._owner_pid:
+        # A child must not close connections its parent is still using.
+        if self._built.here():
             self._exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        if os.getpid() != self._owner_pid:
+        if not self._built.here():
             return True
-        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's base
+        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's log base
         return True if flush is None else bool(flush(timeout_millis))
 
 
-def bind_span_exporter_to_process(exporter: SpanExporter, owner_pid: int) -> SpanExporter:
-    """Return `exporter` wrapped so that it exports only inside `owner_pid`."""
-    return ProcessBoundSpanExporter(exporter, owner_pid)
+class ProcessBoundSpanExporter(_ProcessBound, SpanExporter):
+    """A span exporter that exports only in the process that built it."""
+
+    _SUCCESS = SpanExportResult.SUCCESS
 
 
-def bind_log_exporter_to_process(exporter: Any, owner_pid: int) -> Any:
-    """Return log record `exporter` wrapped so that it exports only inside `owner_pid`."""
-    return ProcessBoundLogExporter(exporter, owner_pid)
+class ProcessBoundLogExporter(_ProcessBound, LogRecordExporter):  # type: ignore[misc]  # base chosen by release
+    """A log record exporter that exports only in the process that built it (its base
+    class and results are this SDK's, `_console.LogRecordExporter`)."""
+
+    _SUCCESS = LogRecordExportResult.SUCCESS
 
 
 def _take_gate_before_fork() -> None:

@@ -3,9 +3,10 @@
 Traces and metrics always (unless their `*_enabled` flag is off); logs when
 `logs_enabled` is on and the exporter has somewhere to send them.
 
-The SDK is imported here, inside the functions, so `import nemo.lens` needs only the
-API. A pipeline is built completely before anything global changes, so a failure
-(a missing package, a port in use) leaves the process as it was.
+Only setup imports this module (`import nemo.lens` needs only the API; setup turns a
+missing SDK into an ImportError naming lens-core[sdk]). A pipeline is built completely
+before anything global changes, so a failure (a missing package, a port in use) leaves
+the process as it was.
 
 The providers are built with `shutdown_on_exit=False`: the SDK's own exit handlers wait
 on exporters without a bound (a dead collector held exit for 10-48 s), so lens shuts the
@@ -22,6 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
+
 from nemo.lens import _inheritance, _otel_env, _otel_internals, _shutdown, resources
 from nemo.lens._process import BuiltHere
 from nemo.lens._sdk import _coalescing, _exporters, _fork
@@ -34,11 +43,6 @@ from nemo.lens.config import NemoLensConfig, _is_default_service_name
 from nemo.lens.instruments import _cardinality
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import MetricReader
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.util.types import AttributeValue
 
     from nemo.lens._export_plan import ExportPlan, SignalPlan
@@ -188,25 +192,14 @@ def build_pipeline(
     is created on, with lens's version.
 
     Raises:
-        ImportError: The SDK, or the exporter the plan names, is not installed.
+        ImportError: The exporter the plan names is not installed.
         OSError: The Prometheus endpoint cannot bind its address.
         ValueError: The console file cannot be opened.
     """
-    try:
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.trace import TracerProvider
-    except ImportError as exc:
-        raise ImportError(
-            "setup_telemetry: an exporting process needs the OpenTelemetry SDK; "
-            f"{_otel_env.install_hint(_otel_env.SDK_EXTRA)} ({exc})"
-        ) from exc
-
     attributes = _resource_attributes(config, rank, world_size, resource_attributes)
     resource = build_resource(attributes)
     _exporters.log_plan_findings(plan)
     pipeline = Pipeline(tracer_provider=None, meter_provider=None)
-    owner_pid = pipeline.built.pid
     try:
         metrics_plan = plan.get("metrics")
         if metrics_plan is not None:
@@ -221,7 +214,7 @@ def build_pipeline(
             )
             if not isinstance(reader, PeriodicExportingMetricReader):
                 pipeline.readers_to_flush.append(reader)
-            _coalescing.coalesce_recording(pipeline.meter_provider, [reader], owner_pid)
+            _coalescing.coalesce_recording(pipeline.meter_provider, [reader], pipeline.built)
         traces_plan = plan.get("traces")
         if traces_plan is not None:
             exporter = span_exporter
@@ -241,7 +234,7 @@ def build_pipeline(
             if exporter is not None and traces_plan.batch is not None:
                 pipeline.span_gate = add_gated_batch_processor(
                     tracer_provider,
-                    _fork.bind_span_exporter_to_process(exporter, owner_pid),
+                    _fork.ProcessBoundSpanExporter(exporter, pipeline.built),
                     traces_plan.batch,
                     pipeline.built,
                     pipeline.meter_provider,
@@ -249,7 +242,7 @@ def build_pipeline(
                 )
         logs_plan = plan.get("logs")
         if logs_plan is not None:
-            pipeline.logger_provider = build_logger_provider(logs_plan, resource, owner_pid)
+            pipeline.logger_provider = build_logger_provider(logs_plan, resource, pipeline.built)
     except BaseException:
         _discard(pipeline)
         raise
@@ -261,27 +254,22 @@ def build_pipeline(
     return pipeline
 
 
-def build_logger_provider(plan: SignalPlan, resource: Resource, owner_pid: int) -> Any:
+def build_logger_provider(plan: SignalPlan, resource: Resource, built: BuiltHere) -> Any:
     """An SDK `LoggerProvider` exporting through a batch processor to `plan`'s exporter.
 
-    The batch processor reads its own `OTEL_BLRP_*` settings; its exporter is bound to
-    `owner_pid`, like the span exporter.
+    The batch processor reads its own `OTEL_BLRP_*` settings; its exporter exports only in
+    the process `built` names, like the span exporter.
     """
-    from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-
     exporter = _exporters.build_log_exporter(plan)
     provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_log_record_processor(
-        BatchLogRecordProcessor(_fork.bind_log_exporter_to_process(exporter, owner_pid))
+        BatchLogRecordProcessor(_fork.ProcessBoundLogExporter(exporter, built))
     )
     return provider
 
 
 def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:
     """Return an SDK `Resource` of `attributes` over the SDK's own detection."""
-    from opentelemetry.sdk.resources import Resource
-
     return Resource.create(dict(attributes))
 
 

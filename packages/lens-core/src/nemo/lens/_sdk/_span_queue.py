@@ -16,14 +16,16 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
 from nemo.lens import _fork_hooks, _otel_env
 from nemo.lens._process import BuiltHere
 from nemo.lens.version import __version__
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace import TracerProvider
 
 
 _logger = logging.getLogger(__name__)
@@ -178,56 +180,62 @@ def add_gated_batch_processor(
     return gate
 
 
+class QueueCountingExporter(SpanExporter):
+    """Forwards to `exporter`; tells `gate` how many spans left the batch queue."""
+
+    def __init__(self, exporter: SpanExporter, gate: SpanQueueGate) -> None:
+        self._exporter = exporter
+        self._gate = gate
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self._gate.handed(len(spans))
+        return self._exporter.export(spans)
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._exporter.force_flush(timeout_millis)
+
+
+class QueueGatedSpanProcessor(SpanProcessor):
+    """The batch processor `batch`, entered only through `gate`."""
+
+    def __init__(self, batch: BatchSpanProcessor, gate: SpanQueueGate) -> None:
+        self._batch = batch
+        self._gate = gate
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self._batch.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self._gate.admit(span):
+            self._batch.on_end(span)
+
+    def shutdown(self) -> None:
+        if self._gate.closed:
+            return  # shut down already (the SDK would warn about a second time)
+        self._gate.close()
+        self._batch.shutdown()  # type: ignore[no-untyped-call,unused-ignore]
+        self._gate.drained()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self._batch.force_flush(timeout_millis))
+
+
 def build_gated_batch_processor(
     exporter: SpanExporter, settings: _otel_env.BatchSpanSettings, gate: SpanQueueGate
 ) -> SpanProcessor:
     """An SDK `BatchSpanProcessor` sized by `settings`, behind `gate`.
 
-    The processor exports through a thin wrapper of `exporter` that tells the gate how
-    many spans left the queue; the returned processor asks the gate before queueing.
+    The processor exports through a `QueueCountingExporter` of `exporter`, which tells the
+    gate how many spans left the queue; the returned processor asks the gate before queueing.
     """
-    from opentelemetry.sdk.trace import SpanProcessor
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-
-    class QueueCountingExporter(SpanExporter):
-        """Forwards to the exporter; tells the gate what left the queue."""
-
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            gate.handed(len(spans))
-            return exporter.export(spans)
-
-        def shutdown(self) -> None:
-            exporter.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return exporter.force_flush(timeout_millis)
-
     batch = BatchSpanProcessor(
-        QueueCountingExporter(),
+        QueueCountingExporter(exporter, gate),
         max_queue_size=settings.max_queue_size,
         schedule_delay_millis=settings.schedule_delay_ms,
         max_export_batch_size=settings.max_export_batch_size,
         export_timeout_millis=settings.export_timeout_ms,
     )
-
-    class QueueGatedSpanProcessor(SpanProcessor):
-        """The batch processor, entered only through the gate."""
-
-        def on_start(self, span: Any, parent_context: Any = None) -> None:
-            batch.on_start(span, parent_context=parent_context)
-
-        def on_end(self, span: ReadableSpan) -> None:
-            if gate.admit(span):
-                batch.on_end(span)
-
-        def shutdown(self) -> None:
-            if gate.closed:
-                return  # shut down already (the SDK would warn about a second time)
-            gate.close()
-            batch.shutdown()  # type: ignore[no-untyped-call,unused-ignore]
-            gate.drained()
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return bool(batch.force_flush(timeout_millis))
-
-    return QueueGatedSpanProcessor()
+    return QueueGatedSpanProcessor(batch, gate)

@@ -26,6 +26,7 @@ on one pytest-xdist worker per core (LENS_TEST_WORKERS=0 runs in one process).
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import pathlib
 import re
@@ -154,6 +155,20 @@ ELSEWHERE = "not soak and not integration"
 # What an OpenTelemetry release's instrumentation packages need beside them: 0.44b0 (for
 # 1.23) imports pkg_resources, which setuptools 82 removed.
 COMPANION_PINS = {OTEL_FLOOR: ("setuptools<82",)}
+# Every extra at once, as a newcomer installs them (resolved with pip by `resolve`).
+NEWCOMER_EXTRAS = "sdk,prometheus,aiohttp,fastapi"
+# What `tests-newest` runs on the newest release: the parts that follow SDK internals.
+NEWEST_RELEASE_TESTS = tuple(
+    f"packages/lens-core/tests/{name}.py"
+    for name in (
+        "test_cardinality_limit",
+        "test_otel_internals",
+        "test_coalesced_recording",
+        "test_record_metrics",
+        "test_series_keys",
+        "test_setup",
+    )
+)
 # lens-core's extras every test cell installs: what the contrib tests need too.
 CORE_EXTRAS = "all,aiohttp,fastapi"
 OTEL_PINNED = (
@@ -215,6 +230,8 @@ nox.options.sessions = [
     "compat-editable",
     "integrations",
     "nooptionals",
+    "resolve",
+    "tests-newest",
     "lint",
     "typecheck",
     "build",
@@ -269,6 +286,21 @@ def compat_editable(session: nox.Session) -> None:
 def nooptionals(session: nox.Session) -> None:
     """Only opentelemetry-api: `import nemo.lens` works and recording is a silent no-op."""
     run_api_only_tests(session)
+
+
+@nox.session(python=NEWEST_PYTHON)
+def resolve(session: nox.Session) -> None:
+    """lens-core's extras, alone and combined, resolve on the day's PyPI (uv), and every
+    extra at once does with pip."""
+    run_resolution_checks(session)
+
+
+@nox.session(name="tests-newest", python=QUICK_PYTHON, tags=["latest"])
+def tests_newest(session: nox.Session) -> None:
+    """The metric tests on the newest OpenTelemetry release the day's PyPI resolves for
+    `lens-core[all]`, unpinned: it may be newer than the matrix's `latest`, whose
+    instrumentation packages lag (see OTEL_LATEST)."""
+    run_newest_release_tests(session)
 
 
 @nox.session(python=NEWEST_PYTHON, tags=["latest"])
@@ -557,6 +589,57 @@ def run_api_only_tests(session: nox.Session) -> None:
         "python", "-m", "pytest", "tests/test_api_only.py", "tests/test_without_shim.py",
         *session.posargs,
         env={"LENS_TEST_API_ONLY": "1", "LENS_TEST_SHIMS": "none"},
+    )  # fmt: skip
+
+
+def extra_combinations() -> list[str]:
+    """Every non-empty combination of lens-core's extras, as `a,b,c`, less those naming
+    `all` (which is only `sdk,prometheus`), then every extra at once through `all`."""
+    extras = sorted(set(CORE_PYPROJECT["project"]["optional-dependencies"]) - {"all"})
+    combinations = [
+        ",".join(combination)
+        for size in range(1, len(extras) + 1)
+        for combination in itertools.combinations(extras, size)
+    ]
+    return [*combinations, CORE_EXTRAS]
+
+
+def run_resolution_checks(session: nox.Session) -> None:
+    """Resolve extras from PyPI as it is today (no lock, no pins): an instrumentation
+    release that lags its SDK's patch release must not make an install impossible.
+
+    uv resolves every combination for the newest Python, and every extra at once for the
+    oldest; pip, what a newcomer runs, resolves every extra at once (a dry run: nothing
+    is installed). A set of versions that satisfies some extras satisfies any fewer, so
+    each combination fails only where the resolver, not the constraints, gives up.
+    """
+    session.install("pip")
+    requirements = pathlib.Path(session.create_tmp()) / "requirements.in"
+    checks = [(NEWEST_PYTHON, extras) for extras in extra_combinations()]
+    checks.append((OLDEST_PYTHON, CORE_EXTRAS))
+    for python, extras in checks:
+        requirements.write_text(f"lens-core[{extras}] @ {CORE.as_uri()}\n")
+        session.run(
+            uv_binary(), "pip", "compile", "--quiet", "--no-header", "--no-python-downloads",
+            "--python-version", python, "--output-file", os.devnull, str(requirements),
+            external=True,
+        )  # fmt: skip
+    session.log(f"{len(checks)} extras combinations resolve")
+    session.run(
+        "python", "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
+        f"{CORE}[{NEWCOMER_EXTRAS}]",
+    )  # fmt: skip
+
+
+def run_newest_release_tests(session: nox.Session) -> None:
+    """lens-core[all] editable at whatever release the resolver picks, then the tests of
+    what changes most between releases: metric recording, the cardinality limit, the
+    OpenTelemetry internals lens touches."""
+    session.install("-e", f"{CORE}[all]", *group("test"))
+    show_versions(session)
+    session.run(
+        "python", "-m", "pytest", *XDIST, "-q", "-m", ELSEWHERE, *NEWEST_RELEASE_TESTS,
+        env={"LENS_TEST_SHIMS": "none", "LENS_TEST_INSTALL": "editable"},
     )  # fmt: skip
 
 

@@ -528,3 +528,148 @@ def test_a_forked_child_starts_with_fresh_attribute_sets() -> None:
         [[["sample", 11]], 1],
     ]
     parent.shutdown()
+
+
+def delta_reader() -> InMemoryMetricReader:
+    """An in-memory reader collecting counters and histograms as delta (OTLP's `delta`)."""
+    from opentelemetry.sdk.metrics import Counter, Histogram
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+
+    return InMemoryMetricReader(
+        preferred_temporality={
+            Counter: AggregationTemporality.DELTA,
+            Histogram: AggregationTemporality.DELTA,
+        }
+    )
+
+
+def limited_setup(reader: InMemoryMetricReader, limit: int) -> Any:
+    """A metrics-only setup collecting into `reader` under `metric_cardinality_limit`."""
+    return setup_telemetry(
+        NemoLensConfig(enabled=True, traces_enabled=False, metric_cardinality_limit=limit),
+        metric_reader=reader,
+    )
+
+
+def test_under_delta_temporality_the_limit_counts_per_collection_cycle() -> None:
+    """Limit 5, delta: 5 new sets after a collection keep their own series (the spec's cycle)."""
+    with isolated_telemetry():
+        register_metric_group("card", SPECS)
+        reader = delta_reader()
+        handle = limited_setup(reader, 5)
+        try:
+            for sample in range(5):
+                record_metrics(handle.meter, "card", samples=1, attributes={"sample": sample})
+            first = collected_sums(reader)
+            for sample in range(5, 10):
+                record_metrics(handle.meter, "card", samples=1, attributes={"sample": sample})
+            second = collected_sums(reader)
+            for sample in range(10, 17):
+                record_metrics(handle.meter, "card", samples=1, attributes={"sample": sample})
+            third = collected_sums(reader)
+        finally:
+            handle.shutdown()
+    assert first == {attribute_set(sample=sample): 1 for sample in range(5)}
+    assert second == {attribute_set(sample=sample): 1 for sample in range(5, 10)}
+    # A cycle of its own still holds the limit: 5 sets, then overflow.
+    assert third == {
+        **{attribute_set(sample=sample): 1 for sample in range(10, 15)},
+        OVERFLOW_SET: 2,
+    }
+
+
+def test_under_cumulative_temporality_the_limit_counts_over_the_process_life() -> None:
+    """Limit 5, cumulative: the SDK keeps every series; 5 new sets after a collection overflow."""
+    with isolated_telemetry():
+        register_metric_group("card", SPECS)
+        reader = InMemoryMetricReader()
+        handle = limited_setup(reader, 5)
+        try:
+            for sample in range(5):
+                record_metrics(handle.meter, "card", samples=1, attributes={"sample": sample})
+            collected_sums(reader)
+            for sample in range(5, 10):
+                record_metrics(handle.meter, "card", samples=1, attributes={"sample": sample})
+            after = collected_sums(reader)
+        finally:
+            handle.shutdown()
+    assert after == {**{attribute_set(sample=sample): 1 for sample in range(5)}, OVERFLOW_SET: 5}
+
+
+def test_delta_cycles_apply_only_to_the_kinds_the_reader_collects_as_delta() -> None:
+    """Under OTLP's `delta` a gauge stays cumulative: its sets count over the process's life."""
+    with isolated_telemetry():
+        register_metric_group("card", SPECS)
+        reader = delta_reader()
+        handle = limited_setup(reader, 2)
+        try:
+            for sample in range(2):
+                record_metrics(handle.meter, "card", depth=1.0, attributes={"sample": sample})
+            reader.get_metrics_data()
+            record_metrics(handle.meter, "card", depth=2.0, attributes={"sample": 2})
+            data: Any = reader.get_metrics_data()
+        finally:
+            handle.shutdown()
+    gauge = {
+        frozenset(point.attributes.items()): point.value
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "card.depth"
+        for point in metric.data.data_points
+    }
+    assert gauge == {attribute_set(sample=0): 1.0, attribute_set(sample=1): 1.0, OVERFLOW_SET: 2.0}
+
+
+def test_the_otlp_delta_preference_makes_counters_and_histograms_count_per_cycle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reader lens builds under OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    from nemo.lens import _otel_internals
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta")
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint="http://127.0.0.1:9/v1/metrics"),
+        export_interval_millis=60_000,
+    )
+    try:
+        assert _otel_internals.delta_kinds(reader) == {"counter", "histogram"}
+    finally:
+        reader.shutdown()
+    assert _otel_internals.delta_kinds(InMemoryMetricReader()) == frozenset()
+
+
+#: More distinct sets than opentelemetry-sdk 1.45.2's own default limit (2000) keeps.
+BEYOND_SDK_DEFAULT = 2500
+
+
+@pytest.mark.parametrize("limit", [0, 5000])
+def test_the_configured_limit_is_the_only_one_on_every_sdk_release(limit: int) -> None:
+    """Limit 0 (none) or 5000 keeps 2500 sets apart, on record_metrics and handle.meter alike.
+
+    opentelemetry-sdk 1.45.2 caps each instrument at 2000 sets by itself; lens lifts that
+    cap on the reader its pipeline collects through, so the documented limit holds.
+    """
+    with isolated_telemetry():
+        register_metric_group("card", SPECS)
+        reader = InMemoryMetricReader()
+        handle = limited_setup(reader, limit)
+        try:
+            direct = handle.meter.create_counter("card.direct")
+            for sample in range(BEYOND_SDK_DEFAULT):
+                record_metrics(handle.meter, "card", samples=1, attributes={"sample": sample})
+                direct.add(1, {"sample": sample})
+            data: Any = reader.get_metrics_data()
+        finally:
+            handle.shutdown()
+    counts = {
+        metric.name: len(metric.data.data_points)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert counts["card.samples"] == BEYOND_SDK_DEFAULT
+    assert counts["card.direct"] == BEYOND_SDK_DEFAULT

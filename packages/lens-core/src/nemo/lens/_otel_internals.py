@@ -35,6 +35,18 @@ MODULE_INTERNALS: Final = (
 PROXY_METER_TARGET: Final = "_real_meter"
 READER_COLLECT_CALLBACK: Final = "_collect"
 MEASUREMENT_CONSUMER: Final = "_measurement_consumer"
+#: A metric reader's temporality and (opentelemetry-sdk 1.45.2 and newer) cardinality limit
+#: per SDK instrument class, read by the `MeterProvider` when it is built.
+READER_TEMPORALITY: Final = "_instrument_class_temporality"
+READER_CARDINALITY_LIMITS: Final = "_instrument_class_cardinality_limit"
+#: The SDK's synchronous instrument classes (named, so this module never imports the SDK),
+#: by the lens kind (`MetricSpec.kind`) each creates.
+SDK_INSTRUMENT_CLASS_BY_KIND: Final = {
+    "counter": "_Counter",
+    "gauge": "_Gauge",
+    "histogram": "_Histogram",
+    "up_down_counter": "_UpDownCounter",
+}
 
 ProxyMeter: Final[type] = _metrics_api._ProxyMeter
 ProxyMeterProvider: Final[type] = _metrics_api._ProxyMeterProvider
@@ -68,6 +80,31 @@ def collect_callback(reader: object) -> Callable[..., Any] | None:
 def replace_collect_callback(reader: object, callback: Callable[..., Any]) -> None:
     """Make `reader` collect through `callback` from now on."""
     setattr(reader, READER_COLLECT_CALLBACK, callback)
+
+
+def delta_kinds(reader: object) -> frozenset[str]:
+    """The lens kinds whose instruments `reader` collects with delta temporality (empty
+    where the reader does not say)."""
+    temporality = getattr(reader, READER_TEMPORALITY, None)
+    if not isinstance(temporality, dict):
+        return frozenset()
+    by_class_name = {getattr(cls, "__name__", None): value for cls, value in temporality.items()}
+    return frozenset(
+        kind
+        for kind, class_name in SDK_INSTRUMENT_CLASS_BY_KIND.items()
+        if getattr(by_class_name.get(class_name), "name", None) == "DELTA"
+    )
+
+
+def lift_sdk_cardinality_limits(reader: object, unlimited: int) -> bool:
+    """Raise every cardinality limit `reader` gives its instruments to `unlimited`, before
+    a `MeterProvider` reads them. False on a release without such limits (before 1.45.2)."""
+    limits = getattr(reader, READER_CARDINALITY_LIMITS, None)
+    if not isinstance(limits, dict):
+        return False
+    for instrument_class in limits:
+        limits[instrument_class] = unlimited
+    return True
 
 
 def meter_consumer(meter: object) -> Any:

@@ -75,6 +75,7 @@ def reset_metric_registry() -> None:
     had seen, which its caches held)."""
     _registry.clear()
     _cardinality.set_limit(0)
+    _cardinality.count_per_collection(None, frozenset())
 
 
 def reset_span_state(*, clear_registry: bool = False) -> None:

@@ -15,13 +15,14 @@ from opentelemetry.sdk.resources import Resource
 from nemo.lens import _otel_internals
 from nemo.lens._process import BuiltHere
 from nemo.lens._sdk import _fork
-from nemo.lens.instruments import _coalesce, _series
+from nemo.lens.instruments import _cardinality, _coalesce, _series
 
 
 def coalesce_recording(
     meter_provider: MeterProvider, readers: Sequence[MetricReader], built: BuiltHere
 ) -> _coalesce.CoalescingBuffer | None:
-    """Gate `readers` (see `_fork.gate_metric_reader`) and make `record_metrics` on
+    """Gate `readers` (see `_fork.gate_metric_reader`), start a cardinality cycle at each
+    collection, and make `record_metrics` on
     `meter_provider`'s meters coalesce into a buffer that each collection flushes first:
     gauges always, counters and up-down counters with a single reader (lens's pipeline
     builds one; see `CoalescingBuffer`).
@@ -39,10 +40,16 @@ def coalesce_recording(
     consumer = _otel_internals.provider_consumer(meter_provider)
     if keyed_by_type is None or consumer is None:
         for reader in readers:
-            _fork.gate_metric_reader(reader, built)
+            _fork.gate_metric_reader(reader, built, _cardinality.start_cycle)
         return None
     buffer = _coalesce.CoalescingBuffer(coalesce_sums=len(readers) == 1)
-    gated = [_fork.gate_metric_reader(reader, built, buffer.flush) for reader in readers]
+
+    def before_collect() -> None:
+        # The values buffered so far belong to this collection, and so do their sets.
+        buffer.flush()
+        _cardinality.start_cycle()
+
+    gated = [_fork.gate_metric_reader(reader, built, before_collect) for reader in readers]
     if not all(gated):
         return None
     _coalesce.register(consumer, buffer, Meter)

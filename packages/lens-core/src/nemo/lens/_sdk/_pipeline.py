@@ -200,12 +200,15 @@ def build_pipeline(
     resource = build_resource(attributes)
     _exporters.log_plan_findings(plan)
     pipeline = Pipeline(tracer_provider=None, meter_provider=None)
+    reader = None
     try:
         metrics_plan = plan.get("metrics")
         if metrics_plan is not None:
             reader = metric_reader
             if reader is None:
                 reader = _exporters.build_metric_reader(metrics_plan, pipeline.on_shutdown)
+            # Before the provider reads them: metric_cardinality_limit is the one limit.
+            _otel_internals.lift_sdk_cardinality_limits(reader, _cardinality.SDK_UNLIMITED)
             pipeline.meter_provider = MeterProvider(
                 resource=resource,
                 metric_readers=[reader],
@@ -246,10 +249,15 @@ def build_pipeline(
     except BaseException:
         _discard(pipeline)
         raise
-    if pipeline.meter_provider is not None:
-        # lens applies the limit itself (the SDK, 1.23 to 1.45, has none); only once the
-        # whole pipeline is built, so a failed setup leaves the process as it was.
+    if pipeline.meter_provider is not None and reader is not None:
+        # lens applies the limit itself (the SDK's, where there is one, is lifted above);
+        # only once the whole pipeline is built, so a failed setup leaves the process as
+        # it was.
         _cardinality.set_limit(config.metric_cardinality_limit)
+        _cardinality.count_per_collection(
+            _otel_internals.provider_consumer(pipeline.meter_provider),
+            _otel_internals.delta_kinds(reader),
+        )
     _inheritance.note_pipeline_built(pipeline.meter_provider)
     return pipeline
 

@@ -382,12 +382,13 @@ def _bound_emitter(
             OTEL_METRIC_OVERFLOW,
         )
 
+    per_collection = _cardinality.counts_per_collection(meter, state.spec_by_key[key].kind)
     with _registry.lock:
         bounded = cache.bounded.get(key)
         if bounded is None:
             # One wrapper for both (it keeps the attribute sets seen); the int path's
             # record method takes floats too.
-            limited = _cardinality.BoundedEmitter(emit_int, warn)
+            limited = _cardinality.BoundedEmitter(emit_int, warn, per_collection)
             bounded = cache.bounded[key] = (limited, limited, lowest)
     return bounded
 

@@ -231,6 +231,14 @@ RUNS = [
         '@trace_fn("optimizer", "optimizer.step")',
         given="iterations, batch = 2, [1, 2]\n\ndef forward_backward(batch):\n    return 0.0\n",
     ),
+    Run(
+        "docs/exporters.md",
+        "def on_sigterm(signum, frame):",
+        env={"TRAINER_OTEL_ENABLED": "true", "TRAINER_OTEL_EXPORTER": "console"},
+        # The signal the handler is for: it shuts down and exits 0 (1 if it did not exit).
+        then="import os\nos.kill(os.getpid(), signal.SIGTERM)\nraise SystemExit(1)",
+        needs=(CONSOLE,),
+    ),
     Run("docs/spans.md", 'SpanRegistry.resolve("per_stp, rollout")'),
     Run("docs/spans.md", "from my_framework._lens_fallbacks import"),
     Run("docs/testing.md", "def _fresh_telemetry"),

@@ -618,7 +618,10 @@ def test_delta_cycles_apply_only_to_the_kinds_the_reader_collects_as_delta() -> 
         if metric.name == "card.depth"
         for point in metric.data.data_points
     }
-    assert gauge == {attribute_set(sample=0): 1.0, attribute_set(sample=1): 1.0, OVERFLOW_SET: 2.0}
+    # Whether the two earlier sets are reported again differs by release (1.23 reports a
+    # gauge only when it changed); the third set is on overflow on every one.
+    assert attribute_set(sample=2) not in gauge
+    assert gauge[OVERFLOW_SET] == 2.0
 
 
 def test_the_otlp_delta_preference_makes_counters_and_histograms_count_per_cycle(

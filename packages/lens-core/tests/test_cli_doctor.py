@@ -275,20 +275,28 @@ def test_header_values_are_hidden() -> None:
 def test_url_passwords_are_hidden_in_the_environment_and_the_checks(closed_port: int) -> None:
     """An endpoint's password never appears: not in the OTEL_* list, the checks or the summary."""
     endpoint = f"https://trainer:pa55w0rd@127.0.0.1:{closed_port}"
-    result = doctor(NEMO_LENS_ENABLED="1", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
+    result = doctor(
+        NEMO_LENS_ENABLED="1",
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",  # gRPC refuses user information
+    )
     assert result.returncode == 1
     assert "pa55w0rd" not in result.stdout
     hidden = f"https://trainer:***@127.0.0.1:{closed_port}"
     assert f"OTEL_EXPORTER_OTLP_ENDPOINT              '{hidden}'" in result.stdout
     (line,) = fail_lines(result.stdout)
-    assert f"OTLP grpc endpoint {hidden} (traces, metrics) is not reachable" in line
+    assert f"OTLP http/protobuf endpoint {hidden} (traces, metrics) is not reachable" in line
     assert result.stdout.count(hidden) == 3  # the variable, the FAIL line, the summary
 
 
 def test_a_password_in_an_invalid_endpoint_is_hidden_in_the_error() -> None:
     """A rejected endpoint is quoted with its password hidden, even a password with a raw @."""
     endpoint = "http://trainer:p@ss@127.0.0.1:notaport"
-    result = doctor(NEMO_LENS_ENABLED="1", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=endpoint)
+    result = doctor(
+        NEMO_LENS_ENABLED="1",
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=endpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",  # gRPC refuses user information
+    )
     assert result.returncode == 1
     assert "p@ss" not in result.stdout
     # Traces fail on their endpoint; metrics, with no endpoint of their own, are probed
@@ -600,12 +608,13 @@ def test_hide_secrets_covers_bare_endpoints_and_token_users(text: str, shown: st
 
 
 def test_a_scheme_less_endpoint_password_is_hidden(closed_port: int) -> None:
-    """A gRPC endpoint written without a scheme never shows its password either."""
+    """A gRPC endpoint written without a scheme is refused and never shows its password."""
     endpoint = f"trainer:pa55w0rd@127.0.0.1:{closed_port}"
     result = doctor(NEMO_LENS_ENABLED="1", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
     assert result.returncode == 1, result.stdout
     assert "pa55w0rd" not in result.stdout
-    assert result.stdout.count(f"trainer:***@127.0.0.1:{closed_port}") == 3
+    assert result.stdout.count(f"trainer:***@127.0.0.1:{closed_port}") == 1  # the variable
+    assert any("holds user information" in line for line in fail_lines(result.stdout))
 
 
 def test_a_per_signal_exporter_is_checked_for_its_signal(

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import aiohttp
 import pytest
 from aiohttp import web
+from lens_threads import call_at_once
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Span, SpanContext, SpanKind
 
@@ -29,17 +30,26 @@ INSTRUMENTATION = "opentelemetry.instrumentation.aiohttp_client"
 TIMEOUT_S = 20
 
 
-@pytest.fixture
-def uninstrument_after() -> Iterator[None]:
-    """Switch the process-wide aiohttp instrumentation off after the test."""
+def uninstrument_fully() -> None:
+    """Switch the process-wide aiohttp instrumentation off, including any second wrapper a
+    racing pair of `instrument()` calls left on `ClientSession.__init__`."""
     from opentelemetry.instrumentation.aiohttp_client import (  # type: ignore[import-untyped,unused-ignore]
         AioHttpClientInstrumentor,
     )
+    from opentelemetry.instrumentation.utils import unwrap
 
-    yield
     instrumentor = AioHttpClientInstrumentor()
     if instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.uninstrument()
+    while hasattr(aiohttp.ClientSession.__init__, "__wrapped__"):
+        unwrap(aiohttp.ClientSession, "__init__")
+
+
+@pytest.fixture
+def uninstrument_after() -> Iterator[None]:
+    """Switch the process-wide aiohttp instrumentation off after the test."""
+    yield
+    uninstrument_fully()
 
 
 @pytest.fixture
@@ -138,6 +148,22 @@ def test_calling_twice_instruments_once_and_quietly(
     assert len(found) == 2
     assert seen == [traceparent_of(span) for span in found]
     assert [record for record in caplog.records if "instrument" in record.getMessage()] == []
+
+
+def test_concurrent_calls_instrument_once(spans: InMemorySpans) -> None:
+    """Two threads calling it at the same moment (a barrier lines them up; 20 rounds)
+    instrument once: a real request to a real server gives exactly one CLIENT span."""
+    per_round: list[int] = []
+    for _ in range(20):
+        call_at_once(instrument_aiohttp_client)
+        spans.clear()
+        (seen,) = call_echo_server()
+        found = client_spans(spans)
+        per_round.append(len(found))
+        assert seen == traceparent_of(found[-1])
+        uninstrument_fully()
+
+    assert per_round == [1] * 20
 
 
 def test_instrumenting_before_the_provider_is_installed(uninstrument_after: None) -> None:

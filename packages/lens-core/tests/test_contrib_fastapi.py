@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import socket
 import sys
@@ -17,6 +18,7 @@ import aiohttp
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
+from lens_threads import call_at_once
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind
 
@@ -244,6 +246,50 @@ def test_calling_twice_instruments_once(
         recorded.append(sorted((span.name, span.kind.name) for span in spans.finished()))
 
     assert recorded[1] == recorded[0]
+
+
+def test_concurrent_calls_on_one_app_instrument_it_once(
+    spans: InMemorySpans, make_app: Callable[[], FastAPI]
+) -> None:
+    """Two threads instrumenting the same app at the same moment (a barrier lines them up;
+    10 apps) instrument it once: a request to real uvicorn gives one SERVER span and exactly
+    the spans of an app instrumented once (no second middleware's INTERNAL spans)."""
+    reference = make_app()
+    instrument_fastapi(reference)
+    raced = [make_app() for _ in range(10)]
+    for app in raced:
+        call_at_once(lambda app=app: instrument_fastapi(app))  # type: ignore[misc]
+
+    recorded: list[list[tuple[str, str]]] = []
+    for app in [reference, *raced]:
+        spans.clear()
+        with serving(app) as url:
+            post(url)
+        assert len(server_spans(spans)) == 1
+        recorded.append(sorted((span.name, span.kind.name) for span in spans.finished()))
+
+    assert [len(spans_of_app) for spans_of_app in recorded[1:]] == [len(recorded[0])] * 10
+    assert recorded[1:] == [recorded[0]] * 10
+
+
+def test_an_oversized_baggage_header_warns_once_without_its_value(
+    spans: InMemorySpans, app: FastAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Five requests whose 12 KB baggage holds `token=secret` give one warning in all,
+    which shows nothing of the header; each request still gets its SERVER span."""
+    instrument_fastapi(app)
+    members = ["token=secret"] + [f"k{index}={'v' * 64}" for index in range(180)]
+    caplog.set_level(logging.DEBUG)
+
+    with serving(app) as url:
+        for _ in range(5):
+            post(url, {"traceparent": TRACEPARENT, "baggage": ",".join(members)})
+
+    assert len(server_spans(spans)) == 5
+    baggage_lines = [r for r in caplog.records if "baggage" in r.getMessage().lower()]
+    assert len(baggage_lines) == 1
+    assert baggage_lines[0].levelno == logging.WARNING
+    assert all("secret" not in record.getMessage() for record in caplog.records)
 
 
 def test_service_name_is_accepted_and_ignored(spans: InMemorySpans, app: FastAPI) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from nemo.lens import NemoLensConfig, setup_telemetry
 from nemo.lens._export_plan import build_export_plan
-from nemo.lens._otel_env import endpoint_host_and_port
+from nemo.lens._otlp_secrets import endpoint_host_and_port
 from nemo.lens._sdk import _exporters
 from nemo.lens.cli import _doctor
 from nemo.lens.testing import isolated_telemetry

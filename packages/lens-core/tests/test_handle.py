@@ -275,3 +275,25 @@ def test_a_no_op_handle_gives_no_op_meters_and_tracers_under_any_scope() -> None
     meter.create_counter("framework.steps").add(1)
     with tracer.start_as_current_span("nothing") as span:
         assert not span.get_span_context().is_valid
+
+
+@pytest.mark.parametrize("recorded_before", [True, False], ids=["seen", "unseen"])
+def test_recording_on_a_finished_setups_meter_warns_once(
+    recorded_before: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """record_metrics on a meter of a shut-down setup is dropped with one warning, not silently."""
+    from nemo.lens import MetricSpec, record_metrics, register_metric_group
+
+    reader = InMemoryMetricReader()
+    handle = setup_telemetry(NemoLensConfig(enabled=True), metric_reader=reader)
+    register_metric_group("late", [MetricSpec("steps", "late.steps", "counter")])
+    meter = handle.get_meter("framework")
+    if recorded_before:
+        record_metrics(meter, "late", steps=1)  # its emitter is cached before shutdown
+    handle.shutdown()
+    caplog.set_level(logging.WARNING, logger="nemo.lens")
+    for _ in range(3):
+        record_metrics(meter, "late", steps=1)
+    warnings = [r.getMessage() for r in caplog.records if "shut down" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "'late'" in warnings[0]

@@ -94,3 +94,73 @@ def test_a_new_provider_replaces_the_handler() -> None:
     logger.warning("to the second provider")
     assert [d.log_record.body for d in second.get_finished_logs()] == ["to the second provider"]
     assert first.get_finished_logs() == ()
+
+
+class StrRaises:
+    """An object whose str() raises, as a broken __str__ in user code does."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+def log_bad_format(logger: logging.Logger) -> None:
+    logger.info("step %d", "x")
+
+
+def log_unprintable(logger: logging.Logger) -> None:
+    logger.info(StrRaises())
+
+
+def log_bad_exception_arguments(logger: logging.Logger) -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logger.exception("failed %s and %s", "only one")
+
+
+@pytest.mark.parametrize("bad_call", [log_bad_format, log_unprintable, log_bad_exception_arguments])
+@pytest.mark.parametrize("raise_exceptions", [True, False])
+def test_a_bad_logging_call_never_raises_through_the_bridge(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    bad_call: Any,
+    raise_exceptions: bool,
+) -> None:
+    """A record that cannot be formatted is handled as logging.Handler.handleError does:
+    no exception, one "--- Logging error ---" on stderr unless raiseExceptions is off."""
+    exporter = install_logger_provider()
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.setLevel(logging.INFO)
+    # pytest's own capture handler on the root raises on a bad record: keep it out.
+    monkeypatch.setattr(logger, "propagate", False)
+    monkeypatch.setattr(logging, "raiseExceptions", raise_exceptions)
+    setup_logging_bridge(LOGGER_NAME)
+    bad_call(logger)
+    logger.warning("still bridged")
+    err = capsys.readouterr().err
+    assert err.count("--- Logging error ---") == (1 if raise_exceptions else 0), err
+    bodies = [data.log_record.body for data in exporter.get_finished_logs()]
+    assert bodies == ["still bridged"]
+
+
+@pytest.mark.parametrize(
+    "name", ["opentelemetry", "opentelemetry.sdk._logs", "nemo.lens", "nemo.lens._sdk.x"]
+)
+def test_records_of_opentelemetry_and_lens_loggers_are_not_bridged(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A bridge on the root never forwards records of `opentelemetry*` or `nemo.lens*`
+    loggers (the exporter's own failures would feed the pipeline); others pass."""
+    exporter = install_logger_provider()
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", logging.INFO)
+    setup_logging_bridge("")
+    try:
+        logging.getLogger(name).warning("internal")
+        for neighbour in ("opentelemetryx", "nemo.lensx", "app"):
+            logging.getLogger(neighbour).warning(neighbour)
+    finally:
+        for handler in bridge_handlers(root):
+            root.removeHandler(handler)
+    bodies = [data.log_record.body for data in exporter.get_finished_logs()]
+    assert bodies == ["opentelemetryx", "nemo.lensx", "app"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -128,11 +130,54 @@ def test_an_idle_connection_is_dropped(
     endpoint: PrometheusEndpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A client that connects and sends nothing is disconnected, so it cannot hold a worker."""
-    monkeypatch.setattr(_prometheus, "CONNECTION_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(_prometheus, "CONNECTION_DEADLINE_S", 0.2)
     with connect(endpoint) as idle:
         idle.sendall(PARTIAL_REQUEST)
         assert read_response(idle) == b""  # closed by the server, well before WAIT_S
     assert scrape(endpoint).startswith(b"HTTP/1.0 200")
+
+
+def send_slowly(connection: socket.socket, stop: threading.Event) -> None:
+    """Send the request one byte a second until told to stop or the server hangs up."""
+    for byte in PARTIAL_REQUEST:
+        try:
+            connection.sendall(bytes([byte]))
+        except OSError:
+            return
+        if stop.wait(1.0):
+            return
+
+
+def test_slow_clients_on_every_worker_do_not_starve_a_scrape(
+    endpoint: PrometheusEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients sending a byte a second on every worker are cut off at the connection
+    deadline, so a scrape queued behind them is answered within the scraper's timeout."""
+    # Raising=False: before the deadline existed this set a name nothing read.
+    monkeypatch.setattr(_prometheus, "CONNECTION_DEADLINE_S", 1.0, raising=False)
+    before = set(threading.enumerate())
+    stop = threading.Event()
+    slow = [connect(endpoint) for _ in range(MAX_CONCURRENT_SCRAPES)]
+    senders = [threading.Thread(target=send_slowly, args=(c, stop)) for c in slow]
+    try:
+        for sender in senders:
+            sender.start()
+        wait_until_held(endpoint, MAX_CONCURRENT_SCRAPES, before)
+        url = f"http://127.0.0.1:{endpoint.port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=WAIT_S / 2) as answer:
+                body = answer.read()
+        except (TimeoutError, urllib.error.URLError) as exc:
+            pytest.fail(f"the scrape behind {len(slow)} slow clients got no answer: {exc!r}")
+        hung_up = [read_response(connection) for connection in slow]  # bounded by WAIT_S
+    finally:
+        stop.set()
+        for sender in senders:
+            sender.join(WAIT_S)
+        for connection in slow:
+            connection.close()
+    assert b"lens_scrapes_test_total 3.0" in body
+    assert all(not answer.startswith(b"HTTP/1.0 200") for answer in hung_up)
 
 
 def test_stop_ends_the_workers_and_releases_the_port(endpoint: PrometheusEndpoint) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 
 import pytest
+from lens_children import child_env, run_python
 from lens_spans import one
 
 import nemo.lens
@@ -150,3 +152,140 @@ def test_the_environment_propagator_follows_otel_propagators(
     monkeypatch.delenv("OTEL_PROPAGATORS")
     assert _otel_env.configured_propagators() == []
     assert propagation._environment_propagator().fields == {"traceparent", "tracestate", "baggage"}
+
+
+def _oversized_baggage() -> str:
+    """A 12 KB W3C baggage (past the 8192-byte limit) whose first member is a token."""
+    members = ["token=secret"] + [f"k{index}={'v' * 64}" for index in range(180)]
+    header = ",".join(members)
+    assert len(header) > 12 * 1024
+    return header
+
+
+def _problem_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """Every WARNING (or worse) captured, whoever logged it."""
+    return [record for record in caplog.records if record.levelno >= logging.WARNING]
+
+
+def test_an_oversized_baggage_warns_once_and_never_shows_the_header(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 12 KB baggage holding `token=secret`, extracted 50 times, gives one warning in
+    all, which shows nothing of the header; the trace context is still extracted."""
+    carrier = {"traceparent": TRACEPARENT, "baggage": _oversized_baggage()}
+    caplog.set_level(logging.DEBUG)
+
+    for _ in range(50):
+        context = extract_context(carrier)
+        assert trace.get_current_span(context).get_span_context().is_valid
+        assert baggage.get_all(context) == {}
+
+    (warning,) = _problem_records(caplog)
+    assert "baggage" in warning.getMessage().lower()
+    assert all("secret" not in record.getMessage() for record in caplog.records)
+    assert all("v" * 64 not in record.getMessage() for record in caplog.records)
+
+
+def test_malformed_baggage_members_warn_once_per_kind(caplog: pytest.LogCaptureFixture) -> None:
+    """150 malformed members (no `=`, a bad key, non-ASCII), extracted 10 times, give at
+    most one warning per kind, none showing a member; the valid member is still read."""
+    malformed = [
+        *(f"secret-without-equals-{index}" for index in range(50)),
+        *(f"bad key {index}=secret" for index in range(50)),
+        *(f"clé{index}=secret" for index in range(50)),
+    ]
+    carrier = {"traceparent": TRACEPARENT, "baggage": ",".join(["run=r1", *malformed])}
+    caplog.set_level(logging.DEBUG)
+
+    for _ in range(10):
+        assert baggage.get_all(extract_context(carrier)) == {"run": "r1"}
+
+    problems = _problem_records(caplog)
+    assert 1 <= len(problems) <= 3
+    assert len({record.getMessage() for record in problems}) == len(problems)
+    assert all("secret" not in record.getMessage() for record in caplog.records)
+    assert all("clé" not in record.getMessage() for record in caplog.records)
+
+
+# A child process: OpenTelemetry reads OTEL_PROPAGATORS once, when its propagate module is
+# first imported, so each value needs a fresh interpreter.
+_SETUP_AND_EXTRACT = """
+import json, os, sys
+import nemo.lens as lens
+from opentelemetry import baggage, trace
+try:
+    handle = lens.setup_telemetry(
+        lens.NemoLensConfig(enabled=True, exporter="console", console_path=os.devnull)
+    )
+except Exception as exc:
+    kind = type(exc).__module__ + "." + type(exc).__name__
+    print(json.dumps({"raised": kind, "message": str(exc)}))
+    raise SystemExit(0)
+context = lens.extract_context({"traceparent": sys.argv[1], "baggage": "run=r1"})
+from opentelemetry import propagate
+print(json.dumps({
+    "exporting": handle.is_exporting,
+    "valid": trace.get_current_span(context).get_span_context().is_valid,
+    "baggage": dict(baggage.get_all(context)),
+    "fields": sorted(propagate.get_global_textmap().fields),
+}))
+handle.shutdown()
+"""
+
+
+def _setup_and_extract(otel_propagators: str) -> dict[str, object]:
+    """What `_SETUP_AND_EXTRACT` reports in a child with `OTEL_PROPAGATORS` set so."""
+    result = run_python(
+        "-c",
+        _SETUP_AND_EXTRACT,
+        TRACEPARENT,
+        env=child_env({"OTEL_PROPAGATORS": otel_propagators}),
+    )
+    assert result.returncode == 0, result.stderr
+    report: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
+    return report
+
+
+@pytest.mark.parametrize(
+    "value", ["", " ", " , ", "tracecontext,,baggage", "baggage, ,tracecontext"]
+)
+def test_a_blank_otel_propagators_or_blank_entry_is_read_as_the_spec_says(value: str) -> None:
+    """A blank `OTEL_PROPAGATORS` means unset (W3C trace context plus baggage) and a blank
+    entry is skipped, as the OpenTelemetry specification says: setup works and
+    `extract_context` reads both headers (the API itself raised ValueError on them)."""
+    report = _setup_and_extract(value)
+
+    assert report == {
+        "exporting": True,
+        "valid": True,
+        "baggage": {"run": "r1"},
+        "fields": ["baggage", "traceparent", "tracestate"],
+    }
+
+
+def test_an_uninstalled_propagator_is_refused_by_setup_by_name() -> None:
+    """`OTEL_PROPAGATORS=tracecontext,carrier-pigeon` makes setup raise LensValueError
+    naming the variable, the name and the installed propagators (it used to pass setup
+    and leave every later extract failing)."""
+    report = _setup_and_extract("tracecontext,carrier-pigeon")
+
+    assert report["raised"] == "nemo.lens.errors.LensValueError"
+    message = str(report["message"])
+    assert "OTEL_PROPAGATORS" in message
+    assert "'carrier-pigeon'" in message
+    for accepted in ("'tracecontext'", "'baggage'", "'none'"):
+        assert accepted in message
+
+
+def test_the_export_plan_refuses_an_uninstalled_propagator() -> None:
+    """The refusal comes from the export plan (so `lens doctor` gives the same verdict);
+    a blank value, a blank entry and `none` pass it."""
+    from nemo.lens._export_plan import build_export_plan
+    from nemo.lens.config import NemoLensConfig
+    from nemo.lens.errors import LensValueError
+
+    config = NemoLensConfig(enabled=True, exporter="console")
+    with pytest.raises(LensValueError, match=r"OTEL_PROPAGATORS.*'carrier-pigeon'"):
+        build_export_plan(config, environ={"OTEL_PROPAGATORS": "carrier-pigeon"})
+    for fine in (" ", "tracecontext,,baggage", "none", "none,carrier-pigeon"):
+        build_export_plan(config, environ={"OTEL_PROPAGATORS": fine})

@@ -27,6 +27,9 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+#: gRPC's default receive limit (4 MiB), which an OpenTelemetry Collector keeps by default.
+GRPC_DEFAULT_MAX_RECEIVE_BYTES = 4 * 1024 * 1024
+
 #: How long a hanging request blocks at most if the receiver is never closed.
 HANG_LIMIT_S = 120.0
 
@@ -71,6 +74,7 @@ class Received:
         self._logs: list[ReceivedLog] = []
         self._trace_messages: list[Any] = []
         self._metric_messages: list[Any] = []
+        self._log_messages: list[Any] = []
 
     def add_traces(self, request: Any) -> None:
         with self._lock:
@@ -101,6 +105,7 @@ class Received:
     def add_logs(self, request: Any) -> None:
         with self._lock:
             self.log_requests += 1
+            self._log_messages.append(request)
             for resource_logs in request.resource_logs:
                 resource = {
                     item.key: str(getattr(item.value, item.value.WhichOneof("value") or "", ""))
@@ -127,6 +132,11 @@ class Received:
         """Every ExportMetricsServiceRequest received, decoded, in arrival order."""
         with self._lock:
             return list(self._metric_messages)
+
+    def log_messages(self) -> list[Any]:
+        """Every ExportLogsServiceRequest received, decoded, in arrival order."""
+        with self._lock:
+            return list(self._log_messages)
 
     def logs(self) -> list[ReceivedLog]:
         """Every log record received, in arrival order (duplicates kept)."""
@@ -158,14 +168,19 @@ class OtlpReceiver:
 
     Use it as a context manager, or call `close()`. `hang()` makes every later request
     block (until `close()`); `close()` stops serving, so the port refuses from then on.
-    `latency_s` delays every answer, like a collector across a network.
+    `latency_s` delays every answer, like a collector across a network. `max_receive_bytes`
+    is the gRPC server's message limit (64 MiB here; a collector's default is gRPC's 4 MiB,
+    `GRPC_DEFAULT_MAX_RECEIVE_BYTES`).
     """
 
-    def __init__(self, transport: str, *, latency_s: float = 0.0) -> None:
+    def __init__(
+        self, transport: str, *, latency_s: float = 0.0, max_receive_bytes: int = 64 * 1024 * 1024
+    ) -> None:
         if transport not in ("grpc", "http"):
             raise ValueError(f"transport must be 'grpc' or 'http', got {transport!r}")
         self.transport = transport
         self.latency_s = latency_s
+        self.max_receive_bytes = max_receive_bytes
         self.received = Received()
         self._hanging = threading.Event()
         self._closed = threading.Event()
@@ -239,7 +254,7 @@ class OtlpReceiver:
 
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8),
-            options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)],
+            options=[("grpc.max_receive_message_length", self.max_receive_bytes)],
         )
         register_metrics: Any = metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server
         register_traces: Any = trace_service_pb2_grpc.add_TraceServiceServicer_to_server

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final
 
-from nemo.lens import _otel_env
+from nemo.lens import _otel_env, _value_limits, propagation
 from nemo.lens._otel_env import BatchSpanSettings, OtlpTarget
+from nemo.lens._value_limits import ValueLimits
 
 if TYPE_CHECKING:
     from nemo.lens.config import NemoLensConfig
@@ -31,7 +32,8 @@ class SignalPlan:
     Only the fields of its `exporter` are set: `otlp` for OTLP, `console_path` for the
     console ("" is standard output), `prometheus_address` for a Prometheus pull (traces
     beside a Prometheus pull keep a tracer provider and export nothing); a metrics
-    plan that pushes has `interval_ms` and `timeout_ms`, a traces plan its batch settings.
+    plan that pushes has `interval_ms` and `timeout_ms`, a traces or logs plan its batch
+    settings.
     """
 
     signal: str
@@ -46,6 +48,8 @@ class SignalPlan:
     interval_ms: int = 0
     timeout_ms: float = 0.0
     batch: BatchSpanSettings | None = None
+    #: A traces or logs plan's value length limits (`OTEL_*_LIMIT`, else lens's defaults).
+    value_limits: ValueLimits | None = None
 
     def destination(self) -> str:
         """Where the signal goes, in words (`lens doctor` prints it)."""
@@ -120,9 +124,15 @@ def plan_signal(
     variable = f"OTEL_{signal.upper()}_EXPORTER"
     chosen_by = variable if exporter != config.exporter else config._label("exporter")
     found = [] if warnings is None else warnings
-    batch = _otel_env.batch_span_settings(environ) if signal == "traces" else None
+    batch, limits = None, None
+    if signal in ("traces", "logs"):
+        read = _otel_env.batch_span_settings if signal == "traces" else _otel_env.batch_log_settings
+        batch = read(environ)
+        limits = _value_limits.value_limits(environ)
     if injected:
-        return SignalPlan(signal, INJECTED, "setup_telemetry's argument", batch=batch)
+        return SignalPlan(
+            signal, INJECTED, "setup_telemetry's argument", batch=batch, value_limits=limits
+        )
     if signal == "logs" and exporter == "prometheus":
         # Prometheus serves metrics only: logs go over OTLP when an OTLP logs endpoint is
         # set, else nowhere.
@@ -135,7 +145,7 @@ def plan_signal(
                 )
             return None
         exporter, chosen_by = "otlp", f"{chosen_by} (Prometheus serves metrics only)"
-    plan = SignalPlan(signal, exporter, chosen_by, batch=batch)
+    plan = SignalPlan(signal, exporter, chosen_by, batch=batch, value_limits=limits)
     if exporter == "otlp":
         plan = replace(plan, otlp=_otlp_target(signal, environ, found))
     elif exporter == "console":
@@ -193,6 +203,7 @@ def build_export_plan(
         ValueError: Any bad exporter name or setting; the message names the variable.
     """
     _otel_env.check_exporter_name(config.exporter, config._label("exporter"))
+    propagation._check_propagators(environ)
     # Every signal's variable is read, enabled or not, so a typo fails on every rank.
     exporters = {signal: signal_exporter(signal, config, environ) for signal in SIGNALS}
     warnings: list[str] = []

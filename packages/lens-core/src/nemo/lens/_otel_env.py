@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
+from nemo.lens._otlp_secrets import check_grpc_endpoint, check_headers, endpoint_host_and_port
 from nemo.lens.errors import LensValueError
 
 #: Exporter names `NemoLensConfig.exporter` accepts.
@@ -40,6 +40,20 @@ EXPORTER_REQUIREMENTS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         PROMETHEUS_EXTRA,
     ),
 }
+
+#: The largest duration (milliseconds) and count any setting takes: 2**31 - 1, about 24.8
+#: days. The SDK waits on its reader and batch threads with the standard library's
+#: timeouts, which overflow past `threading.TIMEOUT_MAX` (about 9.2e12 ms on Linux, 4.3e9
+#: ms on Windows) and kill the thread; a queue size must fit a C `ssize_t`. This bound
+#: lies below both on every platform, and above any setting a job means.
+MAX_DURATION_MS: Final = 2**31 - 1
+#: `MAX_DURATION_MS` in seconds, for the settings read in seconds.
+MAX_DURATION_S: Final = MAX_DURATION_MS // 1000
+#: The largest queue or batch size: the same bound.
+MAX_COUNT: Final = MAX_DURATION_MS
+#: The largest `OTEL_EXPORTER_OTLP_[<SIGNAL>_]TIMEOUT`, in seconds (past ~9.2e9 s every
+#: export fails).
+MAX_OTLP_TIMEOUT_S: Final = MAX_DURATION_S
 
 DEFAULT_METRIC_EXPORT_INTERVAL_MS: Final = 10000
 DEFAULT_METRIC_EXPORT_TIMEOUT_MS: Final = 30000
@@ -98,14 +112,17 @@ def _read_int(
     default: int,
     *,
     minimum: int,
-    maximum: int | None = None,
-    accepted: str,
+    maximum: int,
+    what: str,
+    note: str = "",
 ) -> tuple[int, bool]:
     """`name` as an int in [`minimum`, `maximum`] and True, or `default` and False when it
-    is unset or blank.
+    is unset or blank. Every integer setting lens reads passes here, so each has a range
+    and one message (`docs/configuration.md`, "Numeric ranges").
 
     Raises:
-        ValueError: Anything else; the message names the variable and says `accepted`.
+        ValueError: Anything else; the message names the variable, the value and the
+            range: "expected `what` in [minimum, maximum]`note`".
     """
     raw = _read(environ, name)
     if not raw:
@@ -114,8 +131,10 @@ def _read_int(
         value = int(raw)
     except ValueError:
         value = None
-    if value is None or value < minimum or (maximum is not None and value > maximum):
-        raise LensValueError(f"Invalid value for {name}: {raw!r}; expected {accepted}")
+    if value is None or not minimum <= value <= maximum:
+        raise LensValueError(
+            f"Invalid value for {name}: {raw!r}; expected {what} in [{minimum}, {maximum}]{note}"
+        )
     return value, True
 
 
@@ -183,27 +202,6 @@ class OtlpTarget:
     port: int
 
 
-def endpoint_host_and_port(endpoint: str) -> tuple[str, int]:
-    """The host and TCP port of an OTLP endpoint URL (a scheme-less `host:port` too).
-
-    Raises:
-        ValueError: The endpoint has no host or an invalid port.
-    """
-    # A gRPC endpoint is often written without a scheme ("collector:4317").
-    parsed = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-    host = parsed.hostname
-    if not host:
-        example = DEFAULT_OTLP_ENDPOINTS["grpc"]
-        raise LensValueError(f"endpoint {endpoint!r} has no host; expected a URL such as {example}")
-    try:
-        port = parsed.port
-    except ValueError as exc:
-        raise LensValueError(f"endpoint {endpoint!r} has an invalid port ({exc})") from exc
-    if port is None:
-        port = 443 if parsed.scheme == "https" else 80
-    return host, port
-
-
 def otlp_endpoint_variable(signal: str, environ: Mapping[str, str] | None = None) -> str | None:
     """The variable that sets `signal`'s OTLP endpoint, or None when neither is set.
 
@@ -232,8 +230,9 @@ def otlp_targets(
     what setup would refuse.
 
     Raises:
-        ValueError: An unknown protocol, an endpoint with no host or an invalid port, or
-            a setting `check_otlp_settings` refuses; the message names the variable.
+        ValueError: An unknown protocol, an endpoint with no host or an invalid port, a
+            gRPC endpoint with user information (not shown), or a setting
+            `check_otlp_settings` refuses; the message names the variable.
     """
     merged: dict[tuple[str, str, int], OtlpTarget] = {}
     for signal in signals:
@@ -242,6 +241,8 @@ def otlp_targets(
         check_otlp_settings(signal, transport, environ)
         variable = otlp_endpoint_variable(signal, environ)
         endpoint = _read(environ, variable) if variable else DEFAULT_OTLP_ENDPOINTS[transport]
+        if variable is not None and transport == "grpc":
+            check_grpc_endpoint(variable, endpoint)
         host, port = endpoint_host_and_port(endpoint)
         key = (transport, host, port)
         previous = merged.get(key)
@@ -276,15 +277,6 @@ def _lookup_set(
     return None
 
 
-#: Header names are HTTP tokens; values are printable ASCII but for the four characters the
-#: W3C baggage format (which the variable follows) reserves: write those as %XX.
-_HEADER_NAME_CHARS: Final = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~")
-_HEADER_VALUE_CHARS: Final = frozenset(map(chr, range(0x20, 0x7F))) - frozenset('",;\\')
-_HEADERS_FORM: Final = (
-    "expected comma-separated name=value pairs (e.g. api-key=...,x-team=ml), names made of "
-    "letters, digits and !#$%&'*+-.^_`|~, values of printable ASCII with \" , ; \\ written "
-    "as %XX"
-)
 _FILE_SETTINGS: Final = {
     "CERTIFICATE": "the CA certificate that verifies the collector",
     "CLIENT_KEY": "the client's private key, for mutual TLS",
@@ -308,7 +300,8 @@ def check_otlp_settings(
         user may not mean (an `INSECURE` that is neither true nor false reads as false).
 
     Raises:
-        ValueError: A timeout that is not a positive whole number of seconds, a compression
+        ValueError: A timeout that is not a whole number of seconds in [1,
+            `MAX_OTLP_TIMEOUT_S`], a compression
             the transport's exporter does not accept, a certificate or key variable that
             names no readable file, or a headers entry that is not `name=value`. The
             message names the variable and what is accepted, and never a header's value.
@@ -320,11 +313,12 @@ def check_otlp_settings(
             timeout = int(raw)
         except ValueError:
             timeout = 0
-        if timeout <= 0:
+        if not 1 <= timeout <= MAX_OTLP_TIMEOUT_S:
+            # Past ~9.2e9 s every export fails: the deadline overflows.
             raise LensValueError(
                 f"Invalid value for {variable}: {raw!r}; expected a positive whole number of "
-                f"seconds, as the OpenTelemetry Python exporters read it (default "
-                f"{DEFAULT_OTLP_TIMEOUT_S})"
+                f"seconds in [1, {MAX_OTLP_TIMEOUT_S}], as the OpenTelemetry Python exporters "
+                f"read it (default {DEFAULT_OTLP_TIMEOUT_S})"
             )
     found = _lookup(environ, signal, "COMPRESSION")
     if found is not None:
@@ -347,7 +341,7 @@ def check_otlp_settings(
                 )
     found = _lookup_set(environ, signal, "HEADERS")
     if found is not None:
-        _check_headers(*found)
+        check_headers(*found)
     warnings: list[str] = []
     found = _lookup_set(environ, signal, "INSECURE") if transport == "grpc" else None
     if found is not None and found[1].strip().lower() not in ("true", "false"):
@@ -358,38 +352,21 @@ def check_otlp_settings(
     return warnings
 
 
-def _check_headers(variable: str, raw: str) -> None:
-    """Raise unless every entry of `raw` is `name=value`; never quote a value."""
-    for number, entry in enumerate(raw.split(","), start=1):
-        if not entry.strip(" \t"):
-            continue
-        name, equals, value = entry.partition("=")
-        name = name.strip(" \t")
-        if not equals or not name or not set(name) <= _HEADER_NAME_CHARS:
-            raise LensValueError(
-                f"Invalid value for {variable}: entry {number} is not name=value with a valid "
-                f"name (not shown: headers carry credentials); {_HEADERS_FORM}"
-            )
-        if not set(value.strip(" \t")) <= _HEADER_VALUE_CHARS:
-            raise LensValueError(
-                f"Invalid value for {variable}: the value of header {name.lower()!r} holds a "
-                f"character that is not allowed (not shown: headers carry credentials); "
-                f"{_HEADERS_FORM}"
-            )
-
-
 def metric_export_interval_ms(environ: Mapping[str, str] | None = None) -> int:
     """`OTEL_METRIC_EXPORT_INTERVAL` in milliseconds (default 10000).
 
     Raises:
-        ValueError: The value is not a positive integer.
+        ValueError: The value is not an integer in [1, `MAX_DURATION_MS`] (a larger one
+            would kill the SDK's reader thread at its first wait).
     """
     interval, _ = _read_int(
         environ,
         "OTEL_METRIC_EXPORT_INTERVAL",
         DEFAULT_METRIC_EXPORT_INTERVAL_MS,
         minimum=1,
-        accepted="a positive integer number of milliseconds, e.g. 10000",
+        maximum=MAX_DURATION_MS,
+        what="a positive integer number of milliseconds",
+        note=f", e.g. {DEFAULT_METRIC_EXPORT_INTERVAL_MS}",
     )
     return interval
 
@@ -400,7 +377,8 @@ def metric_export_timeout_ms(environ: Mapping[str, str] | None = None) -> tuple[
     The SDK itself falls back to its default for a value that is not a number (with a
     warning that does not name the variable) and takes zero or a negative value as given;
     lens passes the reader this value instead, so any value that is not a positive number
-    gives the default and a warning naming the variable.
+    gives the default and a warning naming the variable; a value beyond
+    `MAX_DURATION_MS` gives that bound and a warning.
     """
     raw = _read(environ, "OTEL_METRIC_EXPORT_TIMEOUT")
     if not raw:
@@ -409,8 +387,13 @@ def metric_export_timeout_ms(environ: Mapping[str, str] | None = None) -> tuple[
         timeout = float(raw)
     except ValueError:
         timeout = 0.0
-    if 0 < timeout < float("inf"):
+    if 0 < timeout <= MAX_DURATION_MS:
         return timeout, None
+    if MAX_DURATION_MS < timeout < math.inf:  # a wait that long overflows
+        return MAX_DURATION_MS, (
+            f"Invalid value for OTEL_METRIC_EXPORT_TIMEOUT: {raw!r}; expected a positive "
+            f"number of milliseconds in (0, {MAX_DURATION_MS}]; using {MAX_DURATION_MS}"
+        )
     return DEFAULT_METRIC_EXPORT_TIMEOUT_MS, (
         f"Invalid value for OTEL_METRIC_EXPORT_TIMEOUT: {raw!r}; expected a positive number "
         f"of milliseconds; using {DEFAULT_METRIC_EXPORT_TIMEOUT_MS}"
@@ -421,16 +404,25 @@ def prometheus_address(environ: Mapping[str, str] | None = None) -> tuple[str, i
     """The Prometheus endpoint's host and port, from `OTEL_EXPORTER_PROMETHEUS_HOST/PORT`.
 
     Raises:
-        ValueError: The port is not an integer in [0, 65535].
+        ValueError: The port is not an integer in [0, 65535], or the host is not ASCII
+            without spaces (the resolver would raise an error naming no variable).
     """
     host = _read(environ, "OTEL_EXPORTER_PROMETHEUS_HOST") or DEFAULT_PROMETHEUS_HOST
+    if not (host.isascii() and host.isprintable()) or any(char.isspace() for char in host):
+        raise LensValueError(
+            f"Invalid value for OTEL_EXPORTER_PROMETHEUS_HOST: {host!r}; expected an ASCII "
+            "host name or IP address without spaces (an internationalized name in its "
+            f"xn-- form), e.g. {DEFAULT_PROMETHEUS_HOST}, 0.0.0.0 or :: (default "
+            f"{DEFAULT_PROMETHEUS_HOST})"
+        )
     port, _ = _read_int(
         environ,
         "OTEL_EXPORTER_PROMETHEUS_PORT",
         DEFAULT_PROMETHEUS_PORT,
         minimum=0,
         maximum=65535,
-        accepted=f"an integer port in [0, 65535] (default {DEFAULT_PROMETHEUS_PORT})",
+        what="an integer port",
+        note=f" (default {DEFAULT_PROMETHEUS_PORT})",
     )
     return host, port
 
@@ -439,14 +431,16 @@ def local_rank(environ: Mapping[str, str] | None = None) -> int:
     """`LOCAL_RANK`, the process's rank on its node; 0 when unset or blank.
 
     Raises:
-        ValueError: The value is not an integer >= 0.
+        ValueError: The value is not an integer in [0, `MAX_COUNT`].
     """
     value, _ = _read_int(
         environ,
         "LOCAL_RANK",
         0,
         minimum=0,
-        accepted="an integer >= 0 (the process's rank on its node, as torchrun and SLURM set it)",
+        maximum=MAX_COUNT,
+        what="an integer",
+        note=" (the process's rank on its node, as torchrun and SLURM set it)",
     )
     return value
 
@@ -525,8 +519,8 @@ def signal_exporter(
 
 def configured_propagators(environ: Mapping[str, str] | None = None) -> list[str]:
     """The propagator names `OTEL_PROPAGATORS` lists (stripped, empty ones dropped); an
-    empty list when it is unset or blank, where the API builds W3C trace context plus
-    baggage. OpenTelemetry reads the variable once, when its propagate module loads."""
+    empty list when it is unset or blank (the spec: blank is unset), meaning W3C trace context
+    plus baggage. `propagation._propagate` has the API read these names when it loads."""
     raw = _read(environ, "OTEL_PROPAGATORS")
     return [name for name in (part.strip() for part in raw.split(",")) if name]
 
@@ -590,7 +584,7 @@ def check_exporter_name(name: object, label: str = "NemoLensConfig.exporter") ->
     return str(name)
 
 
-# --- the batch span processor (OTEL_BSP_*) ---------------------------------------------
+# --- the batch span and log record processors (OTEL_BSP_*, OTEL_BLRP_*) ----------------
 
 #: lens's batch span processor defaults, sized for training-loop bursts (the SDK's own are
 #: a 2,048-span queue and 512-span batches, which eight threads ending spans overflow).
@@ -602,7 +596,8 @@ DEFAULT_BSP_EXPORT_TIMEOUT_MS: Final = 30000
 
 @dataclass(frozen=True)
 class BatchSpanSettings:
-    """How lens sizes the batch span processor (the SDK's four constructor arguments)."""
+    """How lens sizes a batch processor (the SDK's four constructor arguments); the batch
+    log record processor's too (`batch_log_settings`)."""
 
     max_queue_size: int
     max_export_batch_size: int
@@ -610,17 +605,29 @@ class BatchSpanSettings:
     export_timeout_ms: int
 
 
+DEFAULT_BSP: Final = BatchSpanSettings(
+    DEFAULT_BSP_MAX_QUEUE_SIZE,
+    DEFAULT_BSP_MAX_EXPORT_BATCH_SIZE,
+    DEFAULT_BSP_SCHEDULE_DELAY_MS,
+    DEFAULT_BSP_EXPORT_TIMEOUT_MS,
+)
+#: The batch log record processor's defaults: the SDK's own.
+DEFAULT_BLRP: Final = BatchSpanSettings(2048, 512, 1000, 30000)
+
+
 def _bsp_integer(
     environ: Mapping[str, str] | None, name: str, default: int, *, minimum: int
 ) -> tuple[int, bool]:
-    """`name` as an integer >= `minimum`, and whether it was set; else `default`."""
-    accepted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    """`name` as an integer in [`minimum`, `MAX_COUNT`] (the sizes are counts, the delay
+    and timeout milliseconds: one bound), and whether it was set; else `default`."""
     return _read_int(
         environ,
         name,
         default,
         minimum=minimum,
-        accepted=f"{accepted} (lens's default is {default})",
+        maximum=MAX_COUNT,
+        what="a positive integer" if minimum == 1 else "an integer",
+        note=f" (lens's default is {default})",
     )
 
 
@@ -637,23 +644,35 @@ def batch_span_settings(environ: Mapping[str, str] | None = None) -> BatchSpanSe
             both sizes are set and the batch is larger than the queue; the message names
             the variable and what it accepts.
     """
+    return _batch_settings(environ, "OTEL_BSP", DEFAULT_BSP)
+
+
+def batch_log_settings(environ: Mapping[str, str] | None = None) -> BatchSpanSettings:
+    """`OTEL_BLRP_*` by `batch_span_settings`'s rules, over the SDK's defaults (queue
+    2048, batch 512, delay 1000 ms, timeout 30000 ms). Raises as it does."""
+    return _batch_settings(environ, "OTEL_BLRP", DEFAULT_BLRP)
+
+
+def _batch_settings(
+    environ: Mapping[str, str] | None, prefix: str, defaults: BatchSpanSettings
+) -> BatchSpanSettings:
     queue, queue_set = _bsp_integer(
-        environ, "OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_BSP_MAX_QUEUE_SIZE, minimum=1
+        environ, f"{prefix}_MAX_QUEUE_SIZE", defaults.max_queue_size, minimum=1
     )
     batch, batch_set = _bsp_integer(
-        environ, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_BSP_MAX_EXPORT_BATCH_SIZE, minimum=1
+        environ, f"{prefix}_MAX_EXPORT_BATCH_SIZE", defaults.max_export_batch_size, minimum=1
     )
     delay, _ = _bsp_integer(
-        environ, "OTEL_BSP_SCHEDULE_DELAY", DEFAULT_BSP_SCHEDULE_DELAY_MS, minimum=1
+        environ, f"{prefix}_SCHEDULE_DELAY", defaults.schedule_delay_ms, minimum=1
     )
     timeout, _ = _bsp_integer(
-        environ, "OTEL_BSP_EXPORT_TIMEOUT", DEFAULT_BSP_EXPORT_TIMEOUT_MS, minimum=0
+        environ, f"{prefix}_EXPORT_TIMEOUT", defaults.export_timeout_ms, minimum=0
     )
     if batch > queue:
         if queue_set and batch_set:
             raise LensValueError(
-                f"Invalid value for OTEL_BSP_MAX_EXPORT_BATCH_SIZE: {batch}; expected a "
-                f"positive integer no larger than OTEL_BSP_MAX_QUEUE_SIZE ({queue})"
+                f"Invalid value for {prefix}_MAX_EXPORT_BATCH_SIZE: {batch}; expected a "
+                f"positive integer no larger than {prefix}_MAX_QUEUE_SIZE ({queue})"
             )
         if queue_set:
             batch = queue

@@ -2,7 +2,9 @@
 
 The one owner of the rule. `nemo.lens.helpers` re-exports its public names
 (`DEFAULT_REDACT_KEYS`, `redact_value`) and applies it in `safe_set_span_attributes`;
-`lens doctor` hides the values of secret-looking settings with it.
+`lens doctor` hides the values of secret-looking settings with it; a lens pipeline
+applies it at the export boundary of every signal (`nemo.lens._sdk._redacting`), to
+attribute keys and, through `redact_text`, to the `key=value` pairs of exception texts.
 """
 
 from __future__ import annotations
@@ -182,3 +184,81 @@ def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_RED
     `redact_keys` extends `DEFAULT_REDACT_KEYS`; the default keys are always redacted.
     """
     return REDACTED if is_secret_key(key, redact_keys) else value
+
+
+# The key and separator of a `key=value` or `key: value` pair in free text (an exception
+# message, a traceback): a key, optionally quoted, that starts a word.
+_PAIR_KEY: Final = re.compile(
+    r"""(?<![\w.\-])(?P<quote>["']?)(?P<key>[A-Za-z_][\w.\-]*)(?P=quote)\s*[=:]\s*"""
+)
+# The value after it: quoted, an HTTP authorization scheme and its credential, or the run
+# up to the next space, comma, semicolon, `&`, quote or bracket.
+_PAIR_VALUE: Final = re.compile(
+    r""""[^"]*"|'[^']*'|(?i:bearer|basic|digest|token)\s+[^\s,;&'"(){}\[\]<>]+"""
+    r"""|[^\s,;&'"(){}\[\]<>]+"""
+)
+
+
+def redact_text(text: str) -> str:
+    """`text` with the value of every `key=value` / `key: value` pair whose key is secret
+    (by `DEFAULT_REDACT_KEYS`) replaced by `"[REDACTED]"`; never raises.
+
+    Keys may be quoted (`{'api_key': 'sk-1'}`); a value is a quoted string, an HTTP
+    authorization scheme with its credential (`Authorization: Bearer abc`), or the run of
+    characters up to the next space, comma, semicolon, `&`, quote or bracket. A secret
+    written without a secret key in front of it (`failed for sk-123`) is not found.
+    """
+    try:
+        if "=" not in text and ":" not in text:
+            return text
+        pieces: list[str] = []
+        done = 0
+        for pair in _PAIR_KEY.finditer(text):
+            if pair.start() < done or not matches(pair["key"], DEFAULT_ENTRIES):
+                continue
+            value = _PAIR_VALUE.match(text, pair.end())
+            if value is not None:
+                pieces += (text[done : pair.end()], REDACTED)
+                done = value.end()
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return "".join(pieces)
+    except Exception:  # a str subclass that misbehaves: hide it all rather than leak it
+        return REDACTED
+
+
+# The user-information part of a URL (`scheme://user:password@`); the last `@` before the
+# path ends it, as urllib reads it, so a password holding a raw `@` is hidden whole. A
+# scheme-less endpoint (`user:password@collector:4317`) counts when it holds a colon and
+# starts a word, so an e-mail address in a list is left alone.
+_URL_USERINFO: Final = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s]*)@"
+    r"|(?:^|(?<=[\s,=\'\"]))(?P<bare>[^\s/?#:@,=\'\"]+:[^\s/?#,\'\"]*)@(?=[^\s@/])"
+)
+
+
+def _hide_userinfo(match: re.Match[str]) -> str:
+    if match["bare"] is not None:
+        return f"{match['bare'].partition(':')[0]}:***@"
+    user, colon, _password = match["userinfo"].partition(":")
+    if not colon:
+        # A lone user name before `@` is often a token (`https://<token>@host`).
+        return f"{match['scheme']}***@"
+    return f"{match['scheme']}{user}:***@"
+
+
+def redact_url_credentials(text: str) -> str:
+    """`text` with the credentials of every URL in it hidden; never raises.
+
+    A URL password becomes `***` (`https://user:***@host:4318`, a scheme-less
+    `user:***@host:4317` too); a user part without a password is hidden whole
+    (`https://***@host`): it is often a token. A query value whose name is secret by
+    `DEFAULT_REDACT_KEYS` (`?token=...`, `&api_key=...`) is redacted by `redact_text`.
+    """
+    try:
+        if "@" in text:
+            text = _URL_USERINFO.sub(_hide_userinfo, text)
+        return redact_text(text)
+    except Exception:  # a str subclass that misbehaves: hide it all rather than leak it
+        return REDACTED

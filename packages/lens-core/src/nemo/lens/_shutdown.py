@@ -9,6 +9,12 @@ Each signal is a lane of its own, run on its own thread against the same deadlin
 traces collector that is down cannot starve the metrics export of its time (and the
 other way round).
 
+A shutdown that is still running when the process exits (a SIGTERM handler calling
+`sys.exit` mid-shutdown) is waited for by the exit hook, until that shutdown's own
+deadline. Those waits, and a second `shutdown()` waiting for the running one, only poll
+flags and sleep: a signal handler runs on the thread it interrupted, so a wait that took a
+lock the interrupted frame holds would never end.
+
 A pipeline nobody shut down is shut down at exit by lens's own `atexit` hook, bounded by
 `EXIT_TIMEOUT_MS`. The hook hands the work to a daemon thread started beforehand, since
 some Pythons (3.12) refuse to start threads once interpreter shutdown has begun.
@@ -43,6 +49,8 @@ GRACE_MS: Final = 50
 DEFAULT_TIMEOUT_MS: Final = 5000
 #: The largest budget accepted (10 minutes); larger ones, infinity included, are clamped.
 MAX_TIMEOUT_MS: Final = 600_000
+#: How often a `LaneRuns.join` looks whether the lanes finished.
+JOIN_POLL_S: Final = 0.005
 #: What lens's exit hook gives a pipeline that was never shut down.
 EXIT_TIMEOUT_MS: Final = DEFAULT_TIMEOUT_MS
 
@@ -109,8 +117,13 @@ class _LaneRun:
     ok: bool = True
     finished: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
+    # Taken (without blocking) by whichever thread runs the steps: a lane started twice
+    # (by a signal handler that interrupted the start; see `LaneRuns.start`) runs once.
+    claim: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, action: str, deadline: float) -> None:
+        if not self.claim.acquire(blocking=False):
+            return
         for label, step in self.steps:
             self.current = label
             remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -124,55 +137,111 @@ class _LaneRun:
         self.finished.set()
 
 
+class LaneRuns:
+    """Lanes run by one deadline, each on a daemon thread: started once, waited on by many.
+
+    The caller that starts them waits with `wait`. Anyone else, a signal handler that
+    interrupted that caller on its own thread included, waits with `join`: it only reads
+    flags and sleeps, taking no lock the interrupted caller could hold, so it cannot
+    deadlock, and it is bounded by its own deadline and this run's.
+    """
+
+    def __init__(self, action: str, lanes: Sequence[Lane], timeout_ms: int) -> None:
+        self.action = action
+        self.budget = max(0, int(timeout_ms))
+        self.deadline = time.monotonic() + self.budget / 1000
+        self.runs = [_LaneRun(name, steps) for name, steps in lanes if steps]
+        self.built = BuiltHere()
+
+    def finished(self) -> bool:
+        """True once every lane finished (read without a lock)."""
+        return all(run.finished.is_set() for run in self.runs)
+
+    def start(self) -> None:
+        """Start every lane not started yet; idempotent (a lane started twice runs once).
+
+        Where no thread can be started (interpreter shutdown on Python 3.12), the lanes
+        run here, one after the other in the order given, each with an equal share of
+        what is left.
+        """
+        inline: list[_LaneRun] = []
+        for run in self.runs:
+            if run.thread is not None or run.finished.is_set():
+                continue
+            if not inline:
+                thread = threading.Thread(
+                    target=run.run,
+                    args=(self.action, self.deadline),
+                    name=f"nemo-lens-{self.action}",
+                    daemon=True,
+                )
+                try:
+                    thread.start()
+                except RuntimeError:
+                    pass
+                else:
+                    run.thread = thread
+                    continue
+            inline.append(run)
+        for index, run in enumerate(inline):
+            left = max(0.0, self.deadline - time.monotonic())
+            run.run(self.action, time.monotonic() + left / (len(inline) - index))
+
+    def wait(self) -> bool:
+        """Wait for the lanes until the deadline (and `GRACE_MS`), warning about each one
+        unfinished; True when every step finished in time without failing."""
+        ok = True
+        for run in self.runs:
+            wait_s = max(0.0, self.deadline - time.monotonic()) + GRACE_MS / 1000
+            if not run.finished.wait(wait_s):
+                ok = False
+                _logger.warning(
+                    "%s did not finish within %d ms (still in: %s); abandoned it on daemon "
+                    "thread %r, so %s data not yet exported may be lost",
+                    self.action,
+                    self.budget,
+                    run.current,
+                    run.thread.name if run.thread is not None else None,
+                    run.name,
+                )
+            elif not run.ok:
+                ok = False
+        return ok
+
+    def join(self, timeout_ms: int) -> bool:
+        """Wait, lock-free, until every lane finished, at most `timeout_ms` and never past
+        this run's deadline (and `GRACE_MS`); True if they all finished."""
+        until = min(time.monotonic() + max(0, timeout_ms) / 1000, self.deadline + GRACE_MS / 1000)
+        return _poll_until(self.finished, until)
+
+
+def _poll_until(condition: Callable[[], bool], until: float) -> bool:
+    # time.sleep takes no lock, so this is safe in a signal handler that interrupted
+    # the very thread it waits for.
+    while not condition():
+        left = until - time.monotonic()
+        if left <= 0:
+            return condition()
+        time.sleep(min(left, JOIN_POLL_S))
+    return True
+
+
+def start_lanes(action: str, lanes: Sequence[Lane], timeout_ms: int) -> LaneRuns:
+    """Start `lanes` (see `run_lanes`) and return them, to `wait` or `join` on."""
+    started = LaneRuns(action, lanes, timeout_ms)
+    started.start()
+    return started
+
+
 def run_lanes(action: str, lanes: Sequence[Lane], timeout_ms: int) -> bool:
     """Run each lane's steps in order, every lane on its own daemon thread, all by one
     deadline `timeout_ms` from now; wait at most about `timeout_ms`.
 
     Every step of a lane runs even if an earlier one failed; a step that raises is
     logged as a warning. A lane unfinished at the deadline is abandoned with a warning.
-    Where no thread can be started (interpreter shutdown on Python 3.12), the lanes run
-    here, one after the other in the order given, each with an equal share of what is
-    left. Returns True when every step finished in time without failing.
+    Returns True when every step finished in time without failing.
     """
-    runs = [_LaneRun(name, steps) for name, steps in lanes if steps]
-    if not runs:
-        return True
-    budget = max(0, int(timeout_ms))
-    deadline = time.monotonic() + budget / 1000
-    inline: list[_LaneRun] = []
-    for run in runs:
-        if inline:
-            inline.append(run)
-            continue
-        thread = threading.Thread(
-            target=run.run, args=(action, deadline), name=f"nemo-lens-{action}", daemon=True
-        )
-        try:
-            thread.start()
-        except RuntimeError:
-            inline.append(run)
-            continue
-        run.thread = thread
-    for index, run in enumerate(inline):
-        left = max(0.0, deadline - time.monotonic())
-        run.run(action, time.monotonic() + left / (len(inline) - index))
-    ok = True
-    for run in runs:
-        wait_s = max(0.0, deadline - time.monotonic()) + GRACE_MS / 1000
-        if not run.finished.wait(wait_s):
-            ok = False
-            _logger.warning(
-                "%s did not finish within %d ms (still in: %s); abandoned it on daemon "
-                "thread %r, so %s data not yet exported may be lost",
-                action,
-                budget,
-                run.current,
-                run.thread.name if run.thread is not None else None,
-                run.name,
-            )
-        elif not run.ok:
-            ok = False
-    return ok
+    return start_lanes(action, lanes, timeout_ms).wait()
 
 
 def run_within(action: str, steps: Sequence[Step], timeout_ms: int) -> bool:
@@ -222,6 +291,8 @@ def with_budget(method: Callable[..., object]) -> Callable[[int], object]:
 #: id(key) -> (the pid that registered it, the key, its shutdown taking a budget in ms).
 _at_exit: dict[int, tuple[BuiltHere, object, Callable[[int], object]]] = {}
 _hook_registered = False
+#: Shutdowns started in this process that exit still waits for (see `wait_at_exit`).
+_running: list[LaneRuns] = []
 
 
 @dataclass
@@ -311,8 +382,31 @@ def _run_pending(budget: int) -> None:
             _logger.warning("telemetry shutdown at exit raised %s: %s", type(exc).__name__, exc)
 
 
+def wait_at_exit(started: LaneRuns) -> None:
+    """If the process exits while `started` runs, exit waits for it, until its deadline.
+
+    A signal handler that exits (`sys.exit`) while a shutdown runs would otherwise end
+    the process with that shutdown's export in flight on a daemon thread.
+    """
+    now = time.monotonic()
+    _running[:] = [
+        run for run in _running if run.built.here() and run.deadline > now and not run.finished()
+    ]
+    _running.append(started)
+
+
+def _join_running() -> None:
+    """Wait (lock-free) for each shutdown of this process still running, to its deadline."""
+    for started in list(_running):
+        if started.built.here():
+            started.join(MAX_TIMEOUT_MS)
+    _running.clear()
+
+
 def _run_at_exit() -> None:
-    """lens's atexit hook: shut down what nobody shut down, within `EXIT_TIMEOUT_MS`."""
+    """lens's atexit hook: wait for the shutdowns still running, within their budgets;
+    then shut down what nobody shut down, within `EXIT_TIMEOUT_MS`."""
+    _join_running()
     if not _pending_here():
         return
     worker = _exit_worker

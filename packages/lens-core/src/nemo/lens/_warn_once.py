@@ -40,23 +40,38 @@ class WarnOnce:
     def first(self, key: Hashable) -> bool:
         """True the first time `key` is seen (and while under the cap), else False.
 
-        Safe across threads without a lock: exactly one caller wins a new key.
+        Safe across threads without a lock: exactly one caller wins a new key. The cap's
+        last line is logged here; a caller holding a lock uses `claim` instead.
         """
+        due, cap_reached = self.claim(key)
+        if cap_reached:
+            self.log_cap()
+        return due
+
+    def claim(self, key: Hashable) -> tuple[bool, bool]:
+        """Decide without logging: (is `key` new and under the cap, did this call reach
+        the cap). For a caller holding a lock, which logs the warning, and `log_cap()`
+        when the cap was reached, only after releasing it: a logging handler may call
+        back into lens and take that lock."""
         seen = self._seen
         if key in seen:
-            return False
+            return False, False
         if len(seen) >= self._cap:
-            if not self._capped:
-                self._capped = True
-                self._logger.warning(
-                    "%s reached %d distinct warnings; further warnings are suppressed",
-                    self.owner,
-                    self._cap,
-                )
-            return False
+            if self._capped:
+                return False, False
+            self._capped = True
+            return False, True
         token = object()
         # setdefault is atomic under the GIL: only the first thread gets its own token back.
-        return seen.setdefault(key, token) is token
+        return seen.setdefault(key, token) is token, False
+
+    def log_cap(self) -> None:
+        """Log the cap's last line (once `claim` said the cap was reached)."""
+        self._logger.warning(
+            "%s reached %d distinct warnings; further warnings are suppressed",
+            self.owner,
+            self._cap,
+        )
 
     def warn(self, key: Hashable, message: str, *args: object) -> None:
         """Log `message % args` at WARNING the first time `key` is seen."""

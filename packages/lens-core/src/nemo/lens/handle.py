@@ -14,15 +14,17 @@ import logging
 import operator
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import metrics, trace
 
 from nemo.lens import _fork_hooks, _inheritance, _otel_env, _otel_internals, _shutdown, state
 from nemo.lens._export_plan import ExportPlan, build_export_plan
 from nemo.lens._otel_internals import ProxyMeterProvider
+from nemo.lens._process import BuiltHere
 from nemo.lens.config import NemoLensConfig, _check_cardinality_limit, _check_console_path
 from nemo.lens.errors import LensTypeError, LensValueError
 from nemo.lens.groups import SpanGroup, _resolve_configured, _strict_resolver_for
@@ -59,6 +61,14 @@ _GUARD_RELEASE_WAIT_S = 1.0
 _setup_lock = threading.RLock()
 
 
+class _ShutdownOwner(NamedTuple):
+    """The call that shut a handle down: its thread, its budget (ms), its process."""
+
+    thread: int
+    budget: int
+    built: BuiltHere
+
+
 class TelemetryHandle:
     """What `setup_telemetry` returns: the tracer and meter to record through.
 
@@ -75,8 +85,13 @@ class TelemetryHandle:
         self._meter = meter
         self.is_exporting = is_exporting
         # Named by consumers; set once the shutdown work is about to start (never before
-        # its budget was read), so a second call is a no-op.
+        # its budget was read), so a second call only waits for it.
         self._shutdown_done = False
+        # Taken without blocking by the one call that shuts down; the thread it ran on and
+        # its budget, and the work once built (see `_join_shutdown`).
+        self._shutdown_claim = threading.Lock()
+        self._shutdown_owner: _ShutdownOwner | None = None
+        self._shutdown_run: _shutdown.LaneRuns | None = None
         # The providers an exporting setup built; None for a handle built by hand.
         self._pipeline: Pipeline | None = None
         # A no-op setup built nothing, so its flush and shutdown touch nothing.
@@ -179,26 +194,85 @@ class TelemetryHandle:
         `timeout_ms` is a number of milliseconds: None means the default (5000); a
         negative number means 0; anything above the maximum of 600000 (10 minutes),
         infinity included, means that maximum; NaN or a non-number means the default,
-        with one warning. The call is idempotent: once the work has started, later calls
-        return at once.
+        with one warning. Once the work has started, a later call (from another thread,
+        or from a signal handler that interrupted this one) starts nothing: it waits for
+        the running shutdown to finish, at most its own `timeout_ms` and never past the
+        running one's deadline. If the process exits while the shutdown runs (a SIGTERM
+        handler calling `sys.exit`), exit waits for it, up to that shutdown's deadline.
 
         An exporting setup that is never shut down is shut down at interpreter exit by
         lens's own `atexit` hook, within 5000 ms: a forgotten `shutdown()` delays exit by
         at most about 5 seconds, whatever the collectors do.
         """
         try:
-            if self._shutdown_done:
-                return
             budget = _shutdown.budget_ms("shutdown", timeout_ms)
-            lanes = self._lanes(shut_down=True)
+            if self._shutdown_done or not self._shutdown_claim.acquire(blocking=False):
+                self._join_shutdown(budget)
+                return
+            self._shutdown_owner = _ShutdownOwner(threading.get_ident(), budget, BuiltHere())
             self._shutdown_done = True
-            _release_init_guard(self)
+            self._mark_meters_finished()
+            running = self._start_shutdown(budget)
             _shutdown.forget_at_exit(self)
-            _shutdown.run_lanes("shutdown", lanes, budget)
+            _release_init_guard(self)
+            running.wait()
             if self._pipeline is not None:
-                self._pipeline.report_dropped_spans()
+                self._pipeline.report_dropped()
         except Exception as exc:
             _logger.warning("shutdown failed: %s: %s", type(exc).__name__, exc)
+
+    def _mark_meters_finished(self) -> None:
+        """From now on, recording on this setup's meters warns (once) that it is lost."""
+        provider = None if self._pipeline is None else self._pipeline.meter_provider
+        if provider is not None and self._pipeline is not None and self._pipeline.built.here():
+            # Loaded already: the pipeline's build imported the metric registry.
+            from nemo.lens.instruments import _finished
+
+            _finished.mark_finished(provider)
+
+    def _start_shutdown(self, budget: int) -> _shutdown.LaneRuns:
+        """Start the shutdown work once, and have exit wait for it while it runs.
+
+        Called by the call that claimed the shutdown, and by a signal handler that
+        interrupted that call on its own thread before the work was started (the
+        interrupted call then resumes after the handler, finds it built and starts only
+        what is not running yet): never by two threads at once.
+        """
+        running = self._shutdown_run
+        if running is None:
+            built = _shutdown.LaneRuns("shutdown", self._lanes(shut_down=True), budget)
+            if self._shutdown_run is None:  # not built by a handler meanwhile
+                self._shutdown_run = built
+                _shutdown.wait_at_exit(built)
+            running = self._shutdown_run
+        running.start()
+        return running
+
+    def _join_shutdown(self, budget: int) -> None:
+        """Wait for the running shutdown, at most `budget` ms; takes no lock.
+
+        Another thread's shutdown may not have built its work yet: poll for it. On the
+        thread of the call that claimed the shutdown (a signal handler interrupted it),
+        that call cannot go on until the handler returns, so the handler starts the work.
+        A forked child never waits for, nor starts, its parent's shutdown.
+        """
+        deadline = time.monotonic() + budget / 1000
+        here = threading.get_ident()
+        while True:
+            owner, running = self._shutdown_owner, self._shutdown_run
+            if owner is None:
+                if not self._shutdown_claim.locked():
+                    return  # nobody is shutting this handle down
+            elif not owner.built.here():
+                return
+            elif running is not None or owner.thread == here:
+                break
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(_shutdown.JOIN_POLL_S)
+        if owner.thread == here or running is None:
+            running = self._start_shutdown(owner.budget)
+        running.join(max(0, int((deadline - time.monotonic()) * 1000)))
 
     def _lanes(self, *, shut_down: bool) -> list[_shutdown.Lane]:
         pipeline = self._pipeline

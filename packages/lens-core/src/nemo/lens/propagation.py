@@ -7,6 +7,12 @@ API default applies, so both work in a process that never ran setup.
 `opentelemetry.propagate` is imported on first use, not at import: importing it resolves
 the configured propagators through package entry points, which costs more than the rest
 of `import nemo.lens`'s own modules together.
+
+OpenTelemetry's baggage propagator logs a warning, holding the header or the member, for
+every bad baggage header or member it drops, on every extract. lens mutes that logger
+(`opentelemetry.baggage.propagation`) with one filter, installed the first time lens
+injects, extracts, sets up or instruments: each kind of problem becomes one lens warning
+per process that names the kind and never the header's content.
 """
 
 from __future__ import annotations
@@ -14,7 +20,12 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
+import os
+import re
+import sys
+import threading
 from collections.abc import Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING, Final
 
 from opentelemetry.context import Context
@@ -33,15 +44,101 @@ _warnings = WarnOnce(_logger, "nemo.lens propagation")
 # What a failure warning says happens next.
 _CARRIER_IGNORED: Final = "the carrier is ignored"
 
+#: The logger OpenTelemetry's W3C baggage propagator warns on (every release lens supports).
+_BAGGAGE_LOGGER: Final = "opentelemetry.baggage.propagation"
+# A %-style placeholder in a log record's format string, e.g. `%s`, `%d`, `%(name)s`.
+_PLACEHOLDER: Final = re.compile(r"%(?:\([^)]*\))?[-#0 +]*\d*(?:\.\d+)?[a-zA-Z]")
+
+
+class _BaggageWarnings(logging.Filter):
+    """Drops every record of the baggage propagator's logger; the first record of each kind
+    (its format string, the header's content left out) becomes one lens warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            kind = _PLACEHOLDER.sub("...", str(record.msg))
+            _warnings.warn(
+                ("baggage", kind),
+                "OpenTelemetry's baggage propagator dropped baggage: %s (the header's "
+                "content is not logged). Further warnings of this kind are not logged.",
+                kind,
+            )
+        except Exception:  # a filter must not raise into the propagator
+            pass
+        return False
+
+
+_BAGGAGE_FILTER: Final = _BaggageWarnings()
+_baggage_filter_lock = threading.Lock()
+_baggage_filter_installed = False
+
+
+def _bound_baggage_warnings() -> None:
+    """Install lens's filter on `_BAGGAGE_LOGGER`, once per process (thread-safe)."""
+    global _baggage_filter_installed
+    if _baggage_filter_installed:
+        return
+    with _baggage_filter_lock:
+        install = not _baggage_filter_installed
+        _baggage_filter_installed = True
+    if install:  # after the lock: lens calls into logging under none of its locks
+        logging.getLogger(_BAGGAGE_LOGGER).addFilter(_BAGGAGE_FILTER)
+
+
+_import_lock = threading.Lock()
+
+
+def _propagate() -> ModuleType:
+    """`opentelemetry.propagate`, ready for lens: the baggage filter installed, and the module
+    imported (the first time) with `OTEL_PROPAGATORS` read as lens reads it.
+
+    The API builds its propagators from the variable when the module loads, and refuses a
+    blank value or a blank entry (`tracecontext,,baggage`) with a raw ValueError, which
+    the specification reads as unset and as skipped. So while the module loads, and only
+    then, the variable holds `_otel_env.configured_propagators()` (or is unset when that is
+    empty); it is restored at once. Once loaded, the module serves every later import,
+    the instrumentations' too.
+
+    Raises:
+        LensValueError: `OTEL_PROPAGATORS` names a propagator that is not installed.
+    """
+    _bound_baggage_warnings()
+    if "opentelemetry.propagate" not in sys.modules:
+        with _import_lock:
+            _import_propagate()
+    from opentelemetry import propagate
+
+    return propagate
+
+
+def _import_propagate() -> None:
+    """Import `opentelemetry.propagate` with the API seeing `configured_propagators()`."""
+    variable = "OTEL_PROPAGATORS"
+    raw = os.environ.get(variable)
+    wanted = ",".join(_otel_env.configured_propagators())
+    # An empty value too: OpenTelemetry 1.23 reads "" as one blank propagator name.
+    swap = raw is not None and (not wanted or raw != wanted)
+    if swap:
+        if wanted:
+            os.environ[variable] = wanted
+        else:
+            del os.environ[variable]
+    try:
+        import opentelemetry.propagate  # noqa: F401  (the import is the point)
+    except ValueError:
+        _check_propagators()  # names the variable when a name is the problem
+        raise
+    finally:
+        if swap and raw is not None:
+            os.environ[variable] = raw
+
 
 def inject_context(carrier: dict[str, str]) -> None:
     """Write the current context into `carrier` (`traceparent`, and `tracestate`/`baggage`
     when present). Never raises; a carrier that cannot be written is left as it is.
     """
     try:
-        from opentelemetry import propagate
-
-        propagate.inject(carrier)
+        _propagate().inject(carrier)
     except Exception as exc:
         _warnings.failure("inject_context", exc, _CARRIER_IGNORED)
 
@@ -80,9 +177,8 @@ def extract_context(carrier: dict[str, str]) -> Context:
     under it becomes a new root.
     """
     try:
-        from opentelemetry import propagate
-
-        return propagate.extract(carrier)
+        context: Context = _propagate().extract(carrier)
+        return context
     except Exception as exc:
         _warnings.failure("extract_context", exc, _CARRIER_IGNORED)
         return Context()
@@ -92,12 +188,12 @@ def _install_w3c_propagator() -> None:
     """Make the W3C composite propagator (tracecontext plus baggage) global.
 
     Called by an exporting setup. Leaves the global alone when `OTEL_PROPAGATORS` is set,
-    because the API has already built the propagators it names.
+    because the API has already built the propagators it names (the export plan has
+    checked that each is installed).
     """
+    propagate = _propagate()
     if _otel_env.configured_propagators():
         return
-    from opentelemetry import propagate
-
     propagate.set_global_textmap(_environment_propagator())
 
 
@@ -125,7 +221,35 @@ def _environment_propagator() -> TextMapPropagator:
             propagators.append(entry_point.load()())
             break
         else:
+            _check_propagators()
             raise LensValueError(
                 f"OTEL_PROPAGATORS names propagator {name!r}, which is not installed"
             )
     return CompositePropagator(propagators)
+
+
+def _check_propagators(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse an `OTEL_PROPAGATORS` naming a propagator no installed
+    `opentelemetry_propagator` entry point provides; the export plan calls it, so setup
+    and `lens doctor` agree. A blank value or entry passes (see `_propagate`); so does
+    anything after `none`, where the API stops reading.
+
+    Raises:
+        LensValueError: Names the variable, its value, the missing name and the installed
+            names.
+    """
+    names = _otel_env.configured_propagators(environ)
+    if not names:
+        return
+    group = importlib.metadata.entry_points(group="opentelemetry_propagator")
+    installed = sorted({entry_point.name for entry_point in group})
+    for name in names:
+        if name.lower() == "none":
+            return
+        if name not in installed:
+            raw = (os.environ if environ is None else environ).get("OTEL_PROPAGATORS", "")
+            raise LensValueError(
+                f"Invalid value for OTEL_PROPAGATORS: {raw!r} names propagator {name!r}, "
+                "which is not installed; expected a comma-separated list of "
+                f"{', '.join(map(repr, [*installed, 'none']))}"
+            )

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Final
 from nemo.lens import semconv
 from nemo.lens._attributes import attribute_key, attribute_value, encodable_text
 from nemo.lens._process import BuiltHere
+from nemo.lens._redaction import DEFAULT_ENTRIES, REDACTED, matches
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.version import __version__
 
@@ -214,6 +215,10 @@ def _visible_gpu_count(visible: str) -> int:
     return count
 
 
+# A line `_ask_nvidia_smi` leaves to be logged: (level, message, its arguments).
+_LogLine = tuple[int, str, tuple[object, ...]]
+
+
 class _GpuCountMemory:
     """nvidia-smi's answer, asked for at most once per process.
 
@@ -233,11 +238,16 @@ class _GpuCountMemory:
     def get(self) -> int | None:
         if self._asked:
             return self._count
+        line = None
         with self._lock_of_this_process():
             if not self._asked:
-                self._count = _ask_nvidia_smi()
+                self._count, line = _ask_nvidia_smi()
                 self._asked = True
-            return self._count
+            count = self._count
+        if line is not None:  # after the lock: a logging handler may call back into lens
+            level, message, arguments = line
+            _logger.log(level, message, *arguments)
+        return count
 
     def forget(self) -> None:
         """Ask nvidia-smi again on the next call (for tests)."""
@@ -251,8 +261,9 @@ class _GpuCountMemory:
         return self._lock
 
 
-def _ask_nvidia_smi() -> int | None:
-    """The GPU count nvidia-smi reports, or None when it cannot tell (never raises)."""
+def _ask_nvidia_smi() -> tuple[int | None, _LogLine | None]:
+    """The GPU count nvidia-smi reports, or None when it cannot tell (never raises), and
+    the line to log about it: logged by the caller once it released its lock."""
     timeout_s = _NVIDIA_SMI_TIMEOUT_S
     try:
         completed = subprocess.run(
@@ -264,24 +275,21 @@ def _ask_nvidia_smi() -> int | None:
             check=False,
         )
     except subprocess.TimeoutExpired:
-        _logger.warning(
+        return None, (
+            logging.WARNING,
             "nvidia-smi did not answer within %s s, so host.gpu.count is left out of the "
             "resource (set CUDA_VISIBLE_DEVICES to give the count without nvidia-smi)",
-            timeout_s,
+            (timeout_s,),
         )
-        return None
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        _logger.debug("nvidia-smi could not run (%s: %s)", type(exc).__name__, exc)
-        return None
+        return None, (logging.DEBUG, "nvidia-smi could not run (%s: %s)", (type(exc).__name__, exc))
     if completed.returncode != 0:
-        _logger.debug("nvidia-smi exited with %d", completed.returncode)
-        return None
+        return None, (logging.DEBUG, "nvidia-smi exited with %d", (completed.returncode,))
     # One line per GPU, each holding the total count.
     first_line = completed.stdout.decode("utf-8", "replace").strip().partition("\n")[0].strip()
     if not (first_line.isascii() and first_line.isdigit()):
-        _logger.debug("nvidia-smi printed no GPU count: %r", first_line[:100])
-        return None
-    return int(first_line)
+        return None, (logging.DEBUG, "nvidia-smi printed no GPU count: %r", (first_line[:100],))
+    return int(first_line), None
 
 
 _gpu_count_memory = _GpuCountMemory()
@@ -386,6 +394,19 @@ def _clean_attributes(attributes: object) -> dict[str, AttributeValue]:
             continue
         cleaned[key] = carried
     return cleaned
+
+
+def _redacted(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
+    """`attributes` with the value of every secret key (`nemo.lens._redaction`) redacted.
+
+    Setup applies it to the whole resource once it is built, after the SDK merged
+    `OTEL_RESOURCE_ATTRIBUTES` in, so a credential given there or in `resource_attributes`
+    never leaves the process with every export.
+    """
+    return {
+        key: REDACTED if matches(key, DEFAULT_ENTRIES) else value
+        for key, value in attributes.items()
+    }
 
 
 def _rank_from_attributes(attributes: object) -> tuple[int | None, int | None]:

@@ -103,9 +103,8 @@ def _set_configured_span_group_spec(spec: str, source: _SpecSource) -> None:
         source = None
     with _lock:
         _spec, _spec_source = spec, source
-        message = _resolve_stored_spec(spec, source)
-    if message is not None:
-        _logger.warning(*message)
+        due = _resolve_stored_spec(spec, source)
+    _log_due(due)
 
 
 def refresh_enabled_span_groups() -> None:
@@ -113,9 +112,18 @@ def refresh_enabled_span_groups() -> None:
     with _lock:
         if _spec is None:
             return
-        message = _resolve_stored_spec(_spec, _spec_source)
+        due = _resolve_stored_spec(_spec, _spec_source)
+    _log_due(due)
+
+
+def _log_due(due: tuple[tuple[object, ...] | None, bool]) -> None:
+    """Log what `_resolve_stored_spec` found due, after `_lock` was released (a logging
+    handler may call back into lens)."""
+    message, cap_reached = due
     if message is not None:
         _logger.warning(*message)
+    if cap_reached:
+        _warnings.log_cap()
 
 
 def enabled_span_groups() -> frozenset[str]:
@@ -140,16 +148,17 @@ def get_pp_trace_carrier() -> dict[str, str] | None:
     return _pp_trace_carrier
 
 
-def _resolve_stored_spec(spec: str, source: _SpecSource) -> tuple[object, ...] | None:
-    """Resolve the stored `spec` (the caller holds `_lock`); return a warning that is due,
-    naming `source`."""
+def _resolve_stored_spec(spec: str, source: _SpecSource) -> tuple[tuple[object, ...] | None, bool]:
+    """Resolve the stored `spec` (the caller holds `_lock`); return the warning that is due
+    (naming `source`) or None, and whether the warning memory reached its cap: the caller
+    logs both once it released `_lock`."""
     global _enabled, _pending
     enabled, pending = SpanRegistry.resolve(spec)
     _enabled, _pending = enabled, pending
     namespaces = SpanRegistry.namespaces()
     has_tokens = any(part.strip() for part in spec.split(","))
     if not has_tokens:
-        return None
+        return None, False
     if not namespaces:
         situation: tuple[str, frozenset[str]] = ("empty registry", pending)
         message: tuple[object, ...] = (
@@ -184,8 +193,9 @@ def _resolve_stored_spec(spec: str, source: _SpecSource) -> tuple[object, ...] |
             namespaces,
         )
     else:
-        return None
-    return message if _warnings.first(situation) else None
+        return None, False
+    due, cap_reached = _warnings.claim(situation)
+    return (message if due else None), cap_reached
 
 
 def _groups_configured() -> bool:

@@ -17,10 +17,12 @@ progress view, so it builds the same exporters on a `JsonLinesFile` and hands th
 from __future__ import annotations
 
 import base64
+import errno
 import io
 import json
 import logging
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -72,10 +74,21 @@ class JsonLinesFile:
     written line whole, and every write goes to the file at once (one `write` call on a
     descriptor without a buffer) so an interrupted run leaves only complete lines behind.
 
+    The file is opened without waiting: a FIFO that no process reads fails at once (an
+    `OSError` saying so) instead of blocking until a reader comes; a FIFO with a reader,
+    a character device (`/dev/null`, a terminal) and `/dev/stdout` are written like a
+    file. A write the disk cuts short (no space left, a file-size limit) is taken back:
+    a regular file is truncated to the end of its last complete line, so the next
+    record starts a line of its own. Where it cannot be (a pipe, a device, or another
+    process appended in between), the next write first ends the broken line.
+
     Args:
         path: The file.
         append: Keep what the file holds and add to its end (created if missing); by
             default the file is emptied first.
+
+    Raises:
+        OSError: The file cannot be opened for writing, or is a FIFO no process reads.
     """
 
     def __init__(self, path: Path, *, append: bool = False) -> None:
@@ -84,8 +97,10 @@ class JsonLinesFile:
         #: What the written lines hold: "spans", "metric points", "log records" -> count.
         self.records_written: dict[str, int] = {}
         self._lock = threading.Lock()
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-        self._fd: int | None = os.open(path, flags, 0o666)
+        self._fd: int | None = _open_without_waiting(path, append=append)
+        self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
+        # The file ends inside a line that a cut-short write left and could not take back.
+        self._in_broken_line = False
 
     @property
     def closed(self) -> bool:
@@ -97,19 +112,47 @@ class JsonLinesFile:
         `close` the text is dropped.
 
         Raises:
-            OSError: The file cannot take the text (a full disk, for example).
+            OSError: The file cannot take the text (a full disk, for example); what part
+                of it was written is taken back, or ended by the next write.
         """
         data = text.encode("utf-8", "replace")
         with self._lock:
             if self._fd is None:
                 return 0
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view) :]
+            if self._in_broken_line:
+                data = b"\n" + data
+            self._write_all(self._fd, data)
+            self._in_broken_line = False
             self.lines_written += text.count("\n")
             if what:
                 self.records_written[what] = self.records_written.get(what, 0) + count
         return len(text)
+
+    def _write_all(self, fd: int, data: bytes) -> None:
+        """Write all of `data`, or raise with none of it left in a regular file."""
+        view, written = memoryview(data), 0
+        try:
+            while written < len(data):
+                written += os.write(fd, view[written:])
+        except OSError:
+            if written and not self._take_back(fd, written):
+                self._in_broken_line = not data[:written].endswith(b"\n")
+            raise
+
+    def _take_back(self, fd: int, written: int) -> bool:
+        """Truncate the `written` bytes just appended; False where that is not safe."""
+        if not self._regular:
+            return False
+        try:
+            # With O_APPEND the offset is the end of this write: truncating is safe only
+            # while nothing (another process on the same file) has appended after it.
+            end = os.lseek(fd, 0, os.SEEK_CUR)
+            if os.fstat(fd).st_size != end:
+                return False
+            os.ftruncate(fd, end - written)
+        except OSError:
+            return False
+        return True
 
     def flush(self) -> None:
         """Nothing to do: every `write` has already reached the file."""
@@ -120,6 +163,38 @@ class JsonLinesFile:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def _open_without_waiting(path: Path, *, append: bool) -> int:
+    """A blocking write descriptor on `path`, opened without blocking.
+
+    open() of a FIFO for writing waits for a reader; O_NONBLOCK makes it fail with ENXIO
+    instead (and changes nothing for a regular file or a device). Writes then block as
+    usual, so each line goes out whole.
+
+    Raises:
+        OSError: It cannot be opened; for a FIFO without a reader the message says so.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO and _is_fifo(path):
+            raise OSError(
+                exc.errno,
+                f"{str(path)!r} is a FIFO and no process has it open for reading; start "
+                "its reader before setup, or write to a regular file",
+            ) from exc
+        raise
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _is_fifo(path: Path) -> bool:
+    try:
+        return stat.S_ISFIFO(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 class _CurrentStdout(io.TextIOBase):
@@ -154,19 +229,22 @@ def console_output(path: str | None) -> IO[str] | JsonLinesFile:
     For None or "" the stream following the current `sys.stdout`. Otherwise one shared
     `JsonLinesFile` per resolved path, opened to append (created if missing): asking for
     the same path again returns the same object, so spans, metrics and logs interleave
-    whole lines in one file.
+    whole lines in one file. Opening never waits (see `JsonLinesFile`).
 
     Raises:
-        OSError: The file cannot be opened for writing (the message names it).
+        OSError: The file cannot be opened for writing, or is a FIFO that no process
+            reads (the message names it).
     """
     if not path:
         return current_stdout()
-    resolved = Path(path).expanduser().resolve()
-    key = (os.getpid(), resolved)
+    given = Path(path).expanduser().absolute()
+    key = (os.getpid(), given.resolve())
     with _process_lock("shared files"):
         shared = _shared_files.get(key)
         if shared is None or shared.closed:
-            shared = _shared_files[key] = JsonLinesFile(resolved, append=True)
+            # Opened by the name given, not the resolved one: /dev/stdout on a pipe
+            # resolves to "/proc/<pid>/fd/pipe:[...]", which names nothing.
+            shared = _shared_files[key] = JsonLinesFile(given, append=True)
     return shared
 
 

@@ -12,8 +12,9 @@ The providers are built with `shutdown_on_exit=False`: the SDK's own exit handle
 on exporters without a bound (a dead collector held exit for 10-48 s), so lens shuts the
 pipeline down itself, within a budget (`nemo.lens.handle`, `nemo.lens._shutdown`).
 
-Spans pass a `SpanQueueGate` (`nemo.lens._sdk._span_queue`) on their way into the batch
-processor, which keeps its queue from overflowing and counts every span it refuses.
+Spans and log records pass a `QueueGate` (`nemo.lens._sdk._span_queue`) on their way into
+their batch processor, which keeps its queue from overflowing and counts every item it
+refuses.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -33,11 +33,17 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from nemo.lens import _inheritance, _otel_env, _otel_internals, _shutdown, resources
 from nemo.lens._process import BuiltHere
-from nemo.lens._sdk import _coalescing, _exporters, _fork
+from nemo.lens._sdk import _coalescing, _exporters, _fork, _logging, _redacting
 from nemo.lens._sdk._ids import build_id_generator
 from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
 from nemo.lens._sdk._sampling import build_sampler
-from nemo.lens._sdk._span_queue import SpanQueueGate, add_gated_batch_processor
+from nemo.lens._sdk._span_queue import LOG_QUEUE, QueueGate, add_gated_batch_processor
+from nemo.lens._sdk._value_limits import (
+    LimitingLogExporter,
+    TruncationCount,
+    TruncationCountingSpanExporter,
+    build_span_limits,
+)
 from nemo.lens._sdk._views import histogram_views
 from nemo.lens.config import NemoLensConfig, _is_default_service_name
 from nemo.lens.instruments import _cardinality
@@ -65,7 +71,11 @@ class Pipeline:
     #: Readers whose own shutdown does not export (not periodic): flushed before it.
     readers_to_flush: list[MetricReader] = field(default_factory=list)
     #: The gate in front of the batch span processor, if there is one.
-    span_gate: SpanQueueGate | None = None
+    span_gate: QueueGate | None = None
+    #: The gate in front of the batch log record processor, if there is one.
+    log_gate: QueueGate | None = None
+    #: The values the value length limits cut (`nemo.lens._sdk._value_limits`).
+    truncations: TruncationCount = field(default_factory=TruncationCount)
     #: The process that built it: a forked child must not call into its providers, whose
     #: locks a parent thread may have held at the fork.
     built: BuiltHere = field(default_factory=BuiltHere)
@@ -129,10 +139,12 @@ class Pipeline:
                 )
         return lanes
 
-    def report_dropped_spans(self) -> int:
-        """Log the number of spans dropped, once (see `SpanQueueGate.report`)."""
-        gate = self.span_gate
-        return 0 if gate is None else gate.report()
+    def report_dropped(self) -> int:
+        """Log the number of spans and of log records dropped, once each (see
+        `QueueGate.report`); return their sum. The values cut by the length limits get their
+        own warning (`TruncationCount.report`), not counted in the sum."""
+        self.truncations.report()
+        return sum(gate.report() for gate in (self.span_gate, self.log_gate) if gate is not None)
 
 
 def _sampler_rank(
@@ -218,6 +230,7 @@ def build_pipeline(
             if not isinstance(reader, PeriodicExportingMetricReader):
                 pipeline.readers_to_flush.append(reader)
             _coalescing.coalesce_recording(pipeline.meter_provider, [reader], pipeline.built)
+            _redacting.redact_collections(reader)  # after the fork gate: what it returns
         traces_plan = plan.get("traces")
         if traces_plan is not None:
             exporter = span_exporter
@@ -228,13 +241,16 @@ def build_pipeline(
                 id_generator=build_id_generator(),
                 # None leaves the SDK's own OTEL_TRACES_SAMPLER handling in place.
                 sampler=build_sampler(config, *_sampler_rank(rank, world_size, attributes)),
+                span_limits=_span_limits(traces_plan),
                 shutdown_on_exit=False,
             )
             pipeline.tracer_provider = tracer_provider
             # Before the batch processor, so spans it ends at shutdown are still exported.
             pipeline.open_spans = OpenSpanTracker()
             tracer_provider.add_span_processor(build_open_span_closer(pipeline.open_spans))
+            exporter = _count_cut_values(exporter, traces_plan, pipeline, instrumentation_scope)
             if exporter is not None and traces_plan.batch is not None:
+                exporter = _redacting.RedactingSpanExporter(exporter)
                 pipeline.span_gate = add_gated_batch_processor(
                     tracer_provider,
                     _fork.ProcessBoundSpanExporter(exporter, pipeline.built),
@@ -245,7 +261,14 @@ def build_pipeline(
                 )
         logs_plan = plan.get("logs")
         if logs_plan is not None:
-            pipeline.logger_provider = build_logger_provider(logs_plan, resource, pipeline.built)
+            pipeline.logger_provider, pipeline.log_gate = build_logger_provider(
+                logs_plan,
+                resource,
+                pipeline.built,
+                pipeline.meter_provider,
+                instrumentation_scope,
+                truncations=pipeline.truncations,
+            )
     except BaseException:
         _discard(pipeline)
         raise
@@ -262,23 +285,58 @@ def build_pipeline(
     return pipeline
 
 
-def build_logger_provider(plan: SignalPlan, resource: Resource, built: BuiltHere) -> Any:
-    """An SDK `LoggerProvider` exporting through a batch processor to `plan`'s exporter.
+def build_logger_provider(
+    plan: SignalPlan,
+    resource: Resource,
+    built: BuiltHere,
+    meter_provider: MeterProvider | None,
+    instrumentation_scope: str,
+    truncations: TruncationCount | None = None,
+) -> tuple[Any, QueueGate | None]:
+    """An SDK `LoggerProvider` exporting through a batch processor to `plan`'s exporter,
+    and the gate in front of that processor.
 
-    The batch processor reads its own `OTEL_BLRP_*` settings; its exporter exports only in
-    the process `built` names, like the span exporter.
+    The batch processor is sized by the plan's `OTEL_BLRP_*` settings; its exporter
+    exports only in the process `built` names, like the span exporter. Records the gate
+    refuses (the queue is full) are counted in `nemo.lens.log_records.dropped` on
+    `meter_provider`, when there is one. Bodies and attribute values are cut to the plan's
+    value limits after redaction (which sees them whole), each cut counted in `truncations`.
     """
     exporter = _exporters.build_log_exporter(plan)
+    if plan.value_limits is not None:
+        truncations = truncations or TruncationCount()
+        truncations.use(plan.value_limits, meter_provider, instrumentation_scope)
+        exporter = LimitingLogExporter(exporter, plan.value_limits, truncations)
     provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
-    provider.add_log_record_processor(
-        BatchLogRecordProcessor(_fork.ProcessBoundLogExporter(exporter, built))
-    )
-    return provider
+    settings = plan.batch if plan.batch is not None else _otel_env.batch_log_settings()
+    gate = QueueGate(settings.max_queue_size, built, LOG_QUEUE)
+    gate.count_drops_on(meter_provider, instrumentation_scope)
+    bound = _fork.ProcessBoundLogExporter(_redacting.RedactingLogExporter(exporter), built)
+    provider.add_log_record_processor(_logging.build_gated_log_processor(bound, settings, gate))
+    return provider, gate
+
+
+def _span_limits(plan: SignalPlan) -> Any:
+    """The SDK `SpanLimits` of the plan's value limits (None: the SDK reads its variables)."""
+    return None if plan.value_limits is None else build_span_limits(plan.value_limits)
+
+
+def _count_cut_values(
+    exporter: SpanExporter | None, plan: SignalPlan, pipeline: Pipeline, scope: str
+) -> SpanExporter | None:
+    """`exporter`, counting the span values the plan's limits cut in the pipeline's count
+    (and its counter, on the meter `scope`)."""
+    if exporter is None or plan.value_limits is None:
+        return exporter
+    pipeline.truncations.use(plan.value_limits, pipeline.meter_provider, scope)
+    return TruncationCountingSpanExporter(exporter, plan.value_limits, pipeline.truncations)
 
 
 def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:
-    """Return an SDK `Resource` of `attributes` over the SDK's own detection."""
-    return Resource.create(dict(attributes))
+    """Return an SDK `Resource` of `attributes` over the SDK's own detection, with every
+    secret key's value redacted (`OTEL_RESOURCE_ATTRIBUTES`' too)."""
+    created = Resource.create(dict(attributes))
+    return Resource(resources._redacted(created.attributes), created.schema_url)
 
 
 def _discard(pipeline: Pipeline) -> None:

@@ -8,8 +8,11 @@ burst of connections (a misconfigured scraper, a port scan, clients that connect
 send nothing) cannot make the training process start threads without limit. At most
 `MAX_CONCURRENT_SCRAPES` connections are served at once and `MAX_QUEUED_SCRAPES` more
 wait their turn; a connection beyond that is answered `503 Service Unavailable` at once
-and closed. A connection that does not send its request (or read the answer) within
-`CONNECTION_TIMEOUT_S` is dropped, so idle connections cannot hold the workers.
+and closed. From the moment a worker takes a connection, the client has
+`CONNECTION_DEADLINE_S` in all to send its request and read the answer; then the serving
+thread shuts the connection down, which ends the worker's wait at once. The deadline is
+on the whole exchange, not on each `recv()`: a client sending a byte a second never lets a
+per-read timeout expire, and four of them held every worker for as long as they liked.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import queue
 import socket
 import threading
+import time
 import weakref
 from http.server import HTTPServer
 from typing import Any, Final
@@ -36,8 +40,10 @@ _SHUTDOWN_POLL_S: Final = 0.05
 MAX_CONCURRENT_SCRAPES: Final = 4
 #: Accepted connections that may wait for a worker; beyond them a connection gets a 503.
 MAX_QUEUED_SCRAPES: Final = 16
-#: Seconds a connection may spend sending its request or reading the answer.
-CONNECTION_TIMEOUT_S: Final = 10.0
+#: Seconds a worker gives one connection, in all, to send its request and read the answer.
+#: Half Prometheus's default scrape timeout: a scrape queued behind clients that hold every
+#: worker is still answered within it.
+CONNECTION_DEADLINE_S: Final = 5.0
 
 _REFUSAL: Final = (
     b"HTTP/1.0 503 Service Unavailable\r\n"
@@ -67,6 +73,11 @@ class _BoundedHTTPServer(HTTPServer):
         self._workers: list[threading.Thread] = []
         # Every accepted connection not yet closed, so a forked child can drop its copies.
         self._connections: set[socket.socket] = set()
+        # The connections workers are serving -> when each must end (time.monotonic()),
+        # under _serving_lock, which a worker also holds to close one: the serving thread
+        # never shuts down a socket that is being closed.
+        self._serving: dict[socket.socket, float] = {}
+        self._serving_lock = threading.Lock()
         self.server_port = int(self.server_address[1])
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -77,7 +88,8 @@ class _BoundedHTTPServer(HTTPServer):
             self._refuse(request)
             return
         with contextlib.suppress(OSError):  # closed by the peer: the handler finds out
-            request.settimeout(CONNECTION_TIMEOUT_S)
+            # A backstop: the deadline (service_actions) ends the connection first.
+            request.settimeout(CONNECTION_DEADLINE_S)
         if len(self._workers) < MAX_CONCURRENT_SCRAPES:
             worker = threading.Thread(
                 target=self._work,
@@ -114,12 +126,27 @@ class _BoundedHTTPServer(HTTPServer):
             if item is None:
                 return
             request, client_address = item
+            with self._serving_lock:
+                self._serving[request] = time.monotonic() + CONNECTION_DEADLINE_S
             try:
                 self.finish_request(request, client_address)
             except Exception:
                 self.handle_error(request, client_address)
             finally:
+                with self._serving_lock:
+                    del self._serving[request]
                 self.shutdown_request(request)
+
+    def service_actions(self) -> None:
+        """On the serving thread, every `_SHUTDOWN_POLL_S`: end each connection past its
+        deadline. shutdown() wakes the worker blocked on it (recv returns end of file,
+        send fails), and the worker then closes it as usual."""
+        now = time.monotonic()
+        with self._serving_lock:
+            for connection, deadline in self._serving.items():
+                if now >= deadline:
+                    with contextlib.suppress(OSError):  # already shut down, or reset
+                        connection.shutdown(socket.SHUT_RDWR)
 
     def close_request(self, request: Any) -> None:
         self._connections.discard(request)
@@ -154,6 +181,8 @@ class _BoundedHTTPServer(HTTPServer):
                 os.close(connection.detach())
         self._connections = set()
         self._workers = []
+        self._serving = {}
+        self._serving_lock = threading.Lock()
 
 
 class _BoundedHTTPServer6(_BoundedHTTPServer):

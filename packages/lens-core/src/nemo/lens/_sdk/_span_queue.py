@@ -1,11 +1,12 @@
-"""The gate spans pass on their way into the batch span processor.
+"""The gate spans and log records pass on their way into a batch processor.
 
-The SDK's batch processor drops spans once its queue is full, silently or with a log
-line per span depending on the release. `SpanQueueGate` keeps that queue from
-overflowing: it counts the spans it let in and the spans the processor handed to its
-exporter, refuses a span when the difference reaches the queue's size, and counts every
-span it refuses, in the `nemo.lens.spans.dropped` counter and in one warning at shutdown.
-`add_gated_batch_processor` builds the processor behind a gate and wires the counter.
+The SDK's batch processors drop items once their queue is full, silently or with a log
+line per item depending on the release. `QueueGate` keeps that queue from overflowing:
+it counts the items it let in and the items the processor handed to its exporter,
+refuses an item when the difference reaches the queue's size, and counts every item it
+refuses, in a counter (`nemo.lens.spans.dropped`, `nemo.lens.log_records.dropped`) and
+in one warning at shutdown. `add_gated_batch_processor` builds the span processor behind
+a gate; the log side (`nemo.lens._sdk._logging`) builds its own on the same gate.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -35,14 +37,50 @@ DROPPED_SPANS_METRIC: Final = "nemo.lens.spans.dropped"
 DROPPED_SPANS_UNIT: Final = "{span}"
 
 
-class SpanQueueGate:
-    """Admits a span into the batch processor only while its queue has room; counts the rest.
+@dataclass(frozen=True)
+class QueueKind:
+    """What a gate's queue holds, in the words its counter and its warning use."""
 
-    The SDK's batch processor drops spans once its queue is full, and releases differ in
-    how (or whether) they report it. The gate counts the spans it let in and the spans
+    #: The item, singular and plural ("span", "spans").
+    item: str
+    items: str
+    #: The batch processor's queue, in words, and its variables' prefix (`OTEL_BSP`).
+    queue: str
+    variables: str
+    #: The counter of refused items, its unit and description.
+    metric: str
+    unit: str
+    description: str
+
+
+SPAN_QUEUE: Final = QueueKind(
+    "span",
+    "spans",
+    "batch span queue",
+    "OTEL_BSP",
+    DROPPED_SPANS_METRIC,
+    DROPPED_SPANS_UNIT,
+    "Spans lens dropped because the batch span queue was full",
+)
+LOG_QUEUE: Final = QueueKind(
+    "log record",
+    "log records",
+    "batch log record queue",
+    "OTEL_BLRP",
+    "nemo.lens.log_records.dropped",
+    "{log_record}",
+    "Log records lens dropped because the batch log record queue was full",
+)
+
+
+class QueueGate:
+    """Admits an item into a batch processor only while its queue has room; counts the rest.
+
+    The SDK's batch processors drop items once their queue is full, and releases differ
+    in how (or whether) they report it. The gate counts the items it let in and the items
     the processor handed to its exporter; the difference bounds the processor's queue,
-    so with `capacity` equal to the processor's queue size the processor never drops a
-    span: the gate refuses it instead, and counts it. Counting is exact and needs no
+    so with `capacity` equal to the processor's queue size the processor never drops an
+    item: the gate refuses it instead, and counts it. Counting is exact and needs no
     SDK internals.
 
     Only the process that built the pipeline counts (a forked child's inherited pipeline
@@ -51,12 +89,14 @@ class SpanQueueGate:
     Args:
         capacity: The batch processor's queue size.
         built: The process that built the pipeline.
+        kind: What the queue holds (spans by default), for the warning's words.
     """
 
-    def __init__(self, capacity: int, built: BuiltHere) -> None:
+    def __init__(self, capacity: int, built: BuiltHere, kind: QueueKind = SPAN_QUEUE) -> None:
         self.capacity = capacity
+        self.kind = kind
         # False in a forked child (set by a fork hook): os.getpid() is a system call, and
-        # `admit` runs for every span.
+        # `admit` runs for every item.
         self._in_owner = built.here()
         _live_gates.add(self)
         self._lock = threading.Lock()
@@ -66,7 +106,7 @@ class SpanQueueGate:
         self._closed = False
         self._drained = False
         self._reported = False
-        #: Called with each refused span's count (the dropped-spans counter's `add`).
+        #: Called with each refused item's count (the dropped counter's `add`).
         self.on_drop: Callable[[int], object] | None = None
 
     @property
@@ -76,18 +116,15 @@ class SpanQueueGate:
 
     @property
     def dropped(self) -> int:
-        """Spans refused so far because the queue was full."""
+        """Items refused so far because the queue was full."""
         return self._dropped
 
-    def admit(self, span: ReadableSpan) -> bool:
-        """True if `span` may go into the batch processor; False if it is dropped."""
+    def admit(self) -> bool:
+        """True if one more item may go into the batch processor; False if it is dropped."""
         if self._closed:
-            return False  # shut down: the SDK would warn once per span and drop it anyway
+            return False  # shut down: the SDK would warn once per item and drop it anyway
         if not self._in_owner:
             return True
-        context = span.context
-        if context is None or not context.trace_flags.sampled:
-            return True  # the processor ignores it without queueing it
         with self._lock:
             if self._admitted - self._handed < self.capacity:
                 self._admitted += 1
@@ -98,11 +135,11 @@ class SpanQueueGate:
             try:
                 on_drop(1)
             except Exception as exc:
-                _logger.debug("counting a dropped span failed: %s: %s", type(exc).__name__, exc)
+                _logger.debug("counting a dropped item failed: %s: %s", type(exc).__name__, exc)
         return False
 
     def handed(self, count: int) -> None:
-        """The processor handed `count` spans to its exporter (they left the queue)."""
+        """The processor handed `count` items to its exporter (they left the queue)."""
         if not self._in_owner:
             return
         with self._lock:
@@ -116,10 +153,20 @@ class SpanQueueGate:
         """The processor finished its shutdown: everything admitted was handed over."""
         self._drained = True
 
-    def report(self) -> int:
-        """Log, once, one warning with the number of spans dropped; return that number.
+    def count_drops_on(self, meter_provider: MeterProvider | None, scope: str) -> None:
+        """Count refusals in the kind's counter on the meter `scope` (lens's version) of
+        `meter_provider`, when there is one."""
+        if meter_provider is None:
+            return
+        kind = self.kind
+        meter = meter_provider.get_meter(scope, __version__)
+        counter = meter.create_counter(kind.metric, unit=kind.unit, description=kind.description)
+        self.on_drop = counter.add
 
-        After a complete shutdown, a span let in but never handed to the exporter was
+    def report(self) -> int:
+        """Log, once, one warning with the number of items dropped; return that number.
+
+        After a complete shutdown, an item let in but never handed to the exporter was
         lost inside the processor; it is counted too.
         """
         if self._reported or not self._in_owner:
@@ -130,18 +177,25 @@ class SpanQueueGate:
             lost = self._admitted - self._handed if self._drained else 0
         total = dropped + max(0, lost)
         if total:
+            kind = self.kind
             _logger.warning(
-                "%d span(s) were dropped because the batch span queue (%d spans) was full "
-                "(counted in %s); set OTEL_BSP_MAX_QUEUE_SIZE to a larger queue, or "
-                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE / OTEL_BSP_SCHEDULE_DELAY to drain it sooner",
+                "%d %s(s) were dropped because the %s (%d %s) was full (counted in %s); "
+                "set %s_MAX_QUEUE_SIZE to a larger queue, or %s_MAX_EXPORT_BATCH_SIZE / "
+                "%s_SCHEDULE_DELAY to drain it sooner",
                 total,
+                kind.item,
+                kind.queue,
                 self.capacity,
-                DROPPED_SPANS_METRIC,
+                kind.items,
+                kind.metric,
+                kind.variables,
+                kind.variables,
+                kind.variables,
             )
         return total
 
 
-_live_gates: weakref.WeakSet[SpanQueueGate] = weakref.WeakSet()
+_live_gates: weakref.WeakSet[QueueGate] = weakref.WeakSet()
 
 
 def _gates_left_in_parent() -> None:
@@ -159,7 +213,7 @@ def add_gated_batch_processor(
     built: BuiltHere,
     meter_provider: MeterProvider | None,
     instrumentation_scope: str,
-) -> SpanQueueGate:
+) -> QueueGate:
     """Add a batch processor for `exporter` behind a new gate to `tracer_provider`.
 
     The gate's refusals are counted in `nemo.lens.spans.dropped` on the meter
@@ -168,63 +222,78 @@ def add_gated_batch_processor(
     Returns:
         The gate, whose `report()` logs the spans dropped at shutdown.
     """
-    gate = SpanQueueGate(settings.max_queue_size, built)
-    if meter_provider is not None:
-        dropped = meter_provider.get_meter(instrumentation_scope, __version__)
-        gate.on_drop = dropped.create_counter(
-            DROPPED_SPANS_METRIC,
-            unit=DROPPED_SPANS_UNIT,
-            description="Spans lens dropped because the batch span queue was full",
-        ).add
+    gate = QueueGate(settings.max_queue_size, built, SPAN_QUEUE)
+    gate.count_drops_on(meter_provider, instrumentation_scope)
     tracer_provider.add_span_processor(build_gated_batch_processor(exporter, settings, gate))
     return gate
 
 
-class QueueCountingExporter(SpanExporter):
-    """Forwards to `exporter`; tells `gate` how many spans left the batch queue."""
+class QueueCounting:
+    """Forwards to `exporter`; tells `gate` how many items left the batch queue. The
+    exporter base of the signal comes second (`QueueCountingExporter`, and the log one)."""
 
-    def __init__(self, exporter: SpanExporter, gate: SpanQueueGate) -> None:
+    def __init__(self, exporter: Any, gate: QueueGate) -> None:
+        super().__init__()
         self._exporter = exporter
         self._gate = gate
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self._gate.handed(len(spans))
-        return self._exporter.export(spans)
+    def export(self, batch: Sequence[Any]) -> Any:
+        self._gate.handed(len(batch))
+        return self._exporter.export(batch)
 
     def shutdown(self) -> None:
         self._exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._exporter.force_flush(timeout_millis)
+        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's log base
+        return True if flush is None else bool(flush(timeout_millis))
 
 
-class QueueGatedSpanProcessor(SpanProcessor):
-    """The batch processor `batch`, entered only through `gate`."""
+class QueueCountingExporter(QueueCounting, SpanExporter):
+    """A span exporter that tells its gate how many spans left the batch queue."""
 
-    def __init__(self, batch: BatchSpanProcessor, gate: SpanQueueGate) -> None:
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result: SpanExportResult = super().export(spans)
+        return result
+
+
+class QueueGated:
+    """The batch processor `batch`, entered only through `gate` (the entering is the
+    signal's: `QueueGatedSpanProcessor`, and the log one); shut down once."""
+
+    def __init__(self, batch: Any, gate: QueueGate) -> None:
+        super().__init__()
         self._batch = batch
         self._gate = gate
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        self._batch.on_start(span, parent_context=parent_context)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if self._gate.admit(span):
-            self._batch.on_end(span)
 
     def shutdown(self) -> None:
         if self._gate.closed:
             return  # shut down already (the SDK would warn about a second time)
         self._gate.close()
-        self._batch.shutdown()  # type: ignore[no-untyped-call,unused-ignore]
+        self._batch.shutdown()
         self._gate.drained()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return bool(self._batch.force_flush(timeout_millis))
 
 
+class QueueGatedSpanProcessor(QueueGated, SpanProcessor):
+    """The batch span processor `batch`, entered only through `gate`."""
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self._batch.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        context = span.context
+        if context is None or not context.trace_flags.sampled:
+            # The processor ignores it without queueing it.
+            self._batch.on_end(span)
+        elif self._gate.admit():
+            self._batch.on_end(span)
+
+
 def build_gated_batch_processor(
-    exporter: SpanExporter, settings: _otel_env.BatchSpanSettings, gate: SpanQueueGate
+    exporter: SpanExporter, settings: _otel_env.BatchSpanSettings, gate: QueueGate
 ) -> SpanProcessor:
     """An SDK `BatchSpanProcessor` sized by `settings`, behind `gate`.
 

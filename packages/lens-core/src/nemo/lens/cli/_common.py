@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import pkgutil
 import re
@@ -18,6 +17,8 @@ import socket
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, Final, NoReturn, TypeVar
+
+from nemo.lens._otel_env import MAX_DURATION_S
 
 _N = TypeVar("_N", int, float)
 
@@ -60,9 +61,13 @@ def positive_int(text: str) -> int:
 
 
 def non_negative_float(text: str) -> float:
-    """Parse a finite number >= 0, for durations such as `--interval`."""
+    """Parse a number of seconds in [0, `MAX_DURATION_S`], for durations such as
+    `--interval` and `--timeout` (a longer wait overflows a socket's or a sleep's clock)."""
     return _parsed(
-        text, float, lambda value: math.isfinite(value) and value >= 0, "a number of seconds >= 0"
+        text,
+        float,
+        lambda value: 0 <= value <= MAX_DURATION_S,
+        f"a number of seconds >= 0 and <= {MAX_DURATION_S}",
     )
 
 

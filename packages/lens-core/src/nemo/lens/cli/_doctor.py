@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from nemo.lens import _export_plan, _otel_env
 from nemo.lens._export_plan import SignalPlan
-from nemo.lens._redaction import REDACTED, is_secret_key
+from nemo.lens._redaction import REDACTED, is_secret_key, redact_url_credentials
 from nemo.lens.cli._common import (
     EXIT_BAD_INPUT,
     bind_problem,
@@ -55,35 +55,16 @@ problem was found (each is printed with what to do); 2 bad input.
 _OTEL_DISTRIBUTIONS: Final = ("opentelemetry-api", "opentelemetry-sdk")
 
 HIDDEN: Final = "<set, value hidden>"
-# The user-information part of a URL (`scheme://user:password@`); the last `@` before the
-# path ends it, as urllib reads it, so a password holding a raw `@` is hidden whole. A
-# scheme-less gRPC endpoint (`user:password@collector:4317`) counts when it holds a colon
-# and starts a word, so an e-mail address in a list is left alone.
-_URL_USERINFO: Final = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s]*)@"
-    r"|(?:^|(?<=[\s,=\'\"]))(?P<bare>[^\s/?#:@,=\'\"]+:[^\s/?#,\'\"]*)@(?=[^\s@/])"
-)
 # One `key=value` item of a comma-separated list (OTEL_RESOURCE_ATTRIBUTES, headers).
 _LIST_ITEM: Final = re.compile(r"(?P<key>[^,=\s]+)(?P<equals>\s*=\s*)(?P<value>[^,]*)")
 
 
-def _hide_password(match: re.Match[str]) -> str:
-    if match["bare"] is not None:
-        return f"{match['bare'].partition(':')[0]}:***@"
-    user, colon, _password = match["userinfo"].partition(":")
-    if not colon:
-        # A lone user name before `@` is often a token (`https://<token>@host`).
-        return f"{match['scheme']}***@"
-    return f"{match['scheme']}{user}:***@"
-
-
 def hide_secrets(text: str) -> str:
-    """`text` with every URL password replaced by `***` (`https://user:***@host:4318`).
-
-    A user part without a password is hidden whole (`https://***@host`): it is often a
-    token. A scheme-less `user:password@host:port` has its password hidden too.
-    """
-    return _URL_USERINFO.sub(_hide_password, text) if "@" in text else text
+    """`text` as `lens doctor` prints it: URL passwords and token user names hidden
+    (`https://user:***@host:4318`, `https://***@host`), and the value of every
+    `key=value` pair whose key is secret by lens's redaction rule, a URL's query
+    parameters included (`?token=[REDACTED]`). Every line it prints passes here."""
+    return redact_url_credentials(text)
 
 
 def _hide_list_item(match: re.Match[str]) -> str:
@@ -121,7 +102,7 @@ class Report:
         self.lines.append(title)
 
     # Every line goes through hide_secrets: an endpoint, or an error message quoting
-    # one, may carry a password in its URL.
+    # one, may carry a password in its URL or a token in its query.
 
     def info(self, label: str, value: object) -> None:
         """Add one `label: value` line."""

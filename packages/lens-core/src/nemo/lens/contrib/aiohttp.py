@@ -12,9 +12,16 @@ This module imports the instrumentation inside the function, never at import. It
 
 from __future__ import annotations
 
+import threading
+
 from nemo.lens import _otel_env
+from nemo.lens.propagation import _propagate
 
 __all__ = ["instrument_aiohttp_client"]
+
+# OpenTelemetry's instrument() checks its flag, then wraps, then sets the flag: two threads
+# calling it at once would both wrap, and every request would get two CLIENT spans.
+_instrument_lock = threading.Lock()
 
 
 def instrument_aiohttp_client() -> None:
@@ -23,12 +30,17 @@ def instrument_aiohttp_client() -> None:
     Sessions created before the call stay untraced. The spans go to the global tracer
     provider, so the call may come before `setup_telemetry`: once setup installs its
     provider, the sessions' spans reach it. A second call changes nothing and logs
-    nothing.
+    nothing, also when two threads call it at the same moment.
 
     Raises:
         ImportError: `opentelemetry-instrumentation-aiohttp-client` (or aiohttp itself) is
             not installed; the message names the lens-core extra to install.
+        LensValueError: `OTEL_PROPAGATORS` names a propagator that is not installed.
     """
+    # The instrumentation imports opentelemetry.propagate: lens imports it first, so a
+    # blank OTEL_PROPAGATORS (or entry) means the default there too, and installs its
+    # filter that keeps baggage warnings bounded and free of header content.
+    _propagate()
     try:
         from opentelemetry.instrumentation.aiohttp_client import (  # type: ignore[import-untyped,unused-ignore]
             AioHttpClientInstrumentor,
@@ -40,7 +52,8 @@ def instrument_aiohttp_client() -> None:
         ) from exc
     # Every BaseInstrumentor subclass has one instance per process, so this flag is
     # process-wide. Checking it first keeps a repeat call quiet: instrument() itself would
-    # log "already instrumented" at WARNING.
+    # log "already instrumented" at WARNING. The lock makes check and instrument one step.
     instrumentor = AioHttpClientInstrumentor()
-    if not instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.instrument()
+    with _instrument_lock:
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.instrument()

@@ -11,14 +11,21 @@ This module imports the instrumentation inside the function, never at import. It
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from nemo.lens import _otel_env
+from nemo.lens.propagation import _propagate
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
 __all__ = ["instrument_fastapi"]
+
+# instrument_app checks the app's mark, wraps its middleware stack, then marks it: two
+# threads instrumenting one app at once would both wrap it (and the process-wide
+# BackgroundTask patch), so every request would pass two tracing middlewares.
+_instrument_lock = threading.Lock()
 
 
 def instrument_fastapi(app: FastAPI, service_name: str = "nemo-gym") -> None:
@@ -30,7 +37,8 @@ def instrument_fastapi(app: FastAPI, service_name: str = "nemo-gym") -> None:
     before the app serves its first request.
 
     A second call on the same app adds nothing: each request still gets one SERVER span
-    (OpenTelemetry's instrumentation logs a warning that the app is already instrumented).
+    (OpenTelemetry's instrumentation logs a warning that the app is already instrumented),
+    also when two threads call it at the same moment.
     FastAPI releases that trace requests by themselves step aside for the instrumentation,
     so an instrumented app never reports a request twice.
 
@@ -42,8 +50,13 @@ def instrument_fastapi(app: FastAPI, service_name: str = "nemo-gym") -> None:
     Raises:
         ImportError: `opentelemetry-instrumentation-fastapi` (or FastAPI itself) is not
             installed; the message names the lens-core extra to install.
+        LensValueError: `OTEL_PROPAGATORS` names a propagator that is not installed.
     """
     del service_name  # kept in the signature for NeMo-Gym's call shape; see the docstring
+    # The instrumentation imports opentelemetry.propagate: lens imports it first, so a
+    # blank OTEL_PROPAGATORS (or entry) means the default there too, and installs its
+    # filter that keeps baggage warnings bounded and free of header content.
+    _propagate()
     try:
         from opentelemetry.instrumentation.fastapi import (  # type: ignore[import-untyped,unused-ignore]
             FastAPIInstrumentor,
@@ -54,5 +67,6 @@ def instrument_fastapi(app: FastAPI, service_name: str = "nemo-gym") -> None:
             f"{_otel_env.install_hint(_otel_env.FASTAPI_EXTRA)} ({exc})"
         ) from exc
     # The instrumentation marks the app it has instrumented and skips it on a repeat call,
-    # in every release from 0.44b0 on.
-    FastAPIInstrumentor.instrument_app(app)
+    # in every release from 0.44b0 on; the lock makes its check and its wrapping one step.
+    with _instrument_lock:
+        FastAPIInstrumentor.instrument_app(app)

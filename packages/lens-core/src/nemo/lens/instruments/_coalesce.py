@@ -21,7 +21,9 @@ Values are validated by `record_metrics` before they get here; nothing here rais
 the recording path. A series is keyed as the cardinality limit keys it, as the installed
 SDK does (`nemo.lens.instruments._series`). Thread-safe: one lock per buffer, held for a
 few dict operations per value (and by a flush to take the values), never while logging
-or calling the SDK. A forked child forgets every buffer: its parent's pending values are
+or calling the SDK. A flush also holds its own lock while it hands the values to the SDK,
+so flushes run one at a time; `record_metrics` never takes that one, and nothing is
+logged under it. A forked child forgets every buffer: its parent's pending values are
 the parent's to export (`_forget_buffers_in_child`, a fork hook).
 """
 
@@ -104,14 +106,29 @@ class CoalescingBuffer:
         time, so a collection starts only once every value recorded before it reached the
         SDK, even while another reader's flush is still handing values over.
         """
+        failures: list[Exception] = []
         with self._flush_lock:
             with self._lock:
                 batches = [(pending, pending.take()) for pending in self._dirty]
                 self._dirty.clear()
             if batches:
-                self._hand_over(batches)
+                self._hand_over(batches, failures)
+        # Logged once the flush lock is released: a logging handler may call back into
+        # lens, and a flush of its own there must not wait for this one.
+        for exc in failures:
+            _warnings.warn(
+                ("flush", type(exc).__name__),
+                "record_metrics: handing a buffered value to the SDK at collection failed "
+                "(%s: %s); that value was dropped",
+                type(exc).__name__,
+                exc,
+            )
 
-    def _hand_over(self, batches: list[tuple[PendingInstrument, dict[Any, list[Any]]]]) -> None:
+    def _hand_over(
+        self,
+        batches: list[tuple[PendingInstrument, dict[Any, list[Any]]]],
+        failures: list[Exception],
+    ) -> None:
         # An empty context: a collection started inside a span must not lend that span's
         # trace to exemplars of values recorded elsewhere.
         token = otel_context.attach(otel_context.Context())
@@ -124,13 +141,7 @@ class CoalescingBuffer:
                     try:
                         record(value, attributes)
                     except Exception as exc:
-                        _warnings.warn(
-                            ("flush", type(exc).__name__),
-                            "record_metrics: handing a buffered value to the SDK at "
-                            "collection failed (%s: %s); that value was dropped",
-                            type(exc).__name__,
-                            exc,
-                        )
+                        failures.append(exc)
         finally:
             otel_context.detach(token)
 

@@ -27,7 +27,7 @@ from nemo.lens._attributes import (
     is_encodable,
 )
 from nemo.lens._otel_internals import ProxyMeter, real_meter_of
-from nemo.lens.instruments import _cardinality, _coalesce, _registry, _series
+from nemo.lens.instruments import _cardinality, _coalesce, _finished, _registry, _series
 from nemo.lens.instruments._registry import GROUPS, UNREGISTERED, Emitter, MeterCache, MetricGroup
 from nemo.lens.instruments._spec import (
     METRIC_KINDS,
@@ -213,6 +213,7 @@ def _attach(state: MetricGroup, meter: Any) -> MeterCache | None:
             # In a forked child, a meter of a provider the parent had is never recorded
             # through (its SDK locks may be held for good); see nemo.lens._inheritance.
             inherited = _inheritance.is_inherited_meter(meter)
+            finished = _finished.is_finished_meter(meter)
             buffer = None
             if not inherited:
                 _inheritance.note_meter(meter)
@@ -222,6 +223,7 @@ def _attach(state: MetricGroup, meter: Any) -> MeterCache | None:
                 if cache is None:
                     cache = meters[meter_id] = MeterCache(ref)
                     cache.inherited = inherited
+                    cache.finished = finished
                     cache.buffer = buffer
             return cache
     state.warnings.warn(
@@ -304,30 +306,43 @@ def _create_emitter(
             state.name,
         )
         return None
-    create_name, record_name = METRIC_KINDS[spec.kind]
-    error: Exception | None = None
-    advisory_error: Exception | None = None
+    if cache.finished:
+        state.warnings.warn(
+            ("finished", type(meter).__qualname__),
+            "record_metrics: the setup this meter belongs to was shut down "
+            "(handle.shutdown()), so group %r is not recorded on it: its provider exports "
+            "nothing more. Record through the handle of a new setup_telemetry.",
+            state.name,
+        )
+        return None
     with _registry.lock:
         entry = cache.emitters.get(spec.key)
-        if entry is None and spec.key not in cache.failed:
-            try:
-                instrument, advisory_error = _create_instrument(meter, spec, create_name)
-                buffer = cache.buffer
-                if buffer is not None and buffer.coalesces(spec.kind):
-                    emit = buffer.instrument(instrument, record_name, spec.kind)
-                else:
-                    emit = getattr(instrument, record_name)
-            except Exception as exc:
-                cache.failed.add(spec.key)
-                error = exc
-            else:
-                # The floor is also the fast path's int64 bound for signed kinds.
-                lowest = 0 if spec.kind in NON_NEGATIVE_KINDS else INT64_MIN
-                emit_int = emit
-                if spec.kind in SUM_KINDS:
-                    # Only ints can pass int64; floats skip the guard's extra call.
-                    emit_int = _Int64Sum(emit, _sum_warning(state, spec.key))
-                entry = cache.emitters[spec.key] = (emit, emit_int, lowest)
+        # (A shutdown marking the meter finished empties the cache under the lock.)
+        wanted = entry is None and spec.key not in cache.failed and not cache.finished
+    if not wanted:
+        return entry
+    # The SDK call runs outside the registry lock: the SDK logs inside create_* (a
+    # bucket conflict, a duplicate name), and a logging handler that records would
+    # otherwise wait for ever on the lock its own thread holds, and so would fork().
+    creating = _creating_here()
+    marker = (id(cache), spec.key)
+    if marker in creating:
+        # A record of this key from inside its own creation (such a handler): dropped,
+        # not created twice; the creation below goes on.
+        state.warnings.warn(
+            ("reentrant", spec.key),
+            "record_metrics: key %r of group %r was recorded while its instrument was "
+            "being created on this thread (by a logging handler the SDK's warning "
+            "reached); that value was dropped",
+            spec.key,
+            state.name,
+        )
+        return None
+    creating.add(marker)
+    try:
+        entry, error, advisory_error = _create_and_keep(state, cache, meter, spec)
+    finally:
+        creating.discard(marker)
     # Logged outside the registry lock, as every warning here.
     if advisory_error is not None:
         state.warnings.warn(
@@ -354,6 +369,60 @@ def _create_emitter(
             error,
         )
     return entry
+
+
+def _create_and_keep(
+    state: MetricGroup, cache: MeterCache, meter: Any, spec: MetricSpec
+) -> tuple[Emitter | None, Exception | None, Exception | None]:
+    """Create the instrument of `spec` on `meter` (no lock held) and keep its entry in
+    `cache` (under the registry lock); return the entry, the creation's error and the
+    advisory keyword's rejection."""
+    create_name, record_name = METRIC_KINDS[spec.kind]
+    error: Exception | None = None
+    advisory_error: Exception | None = None
+    instrument: Any = None
+    direct: Callable[..., object] | None = None
+    entry: Emitter | None = None
+    buffer = cache.buffer
+    try:
+        instrument, advisory_error = _create_instrument(meter, spec, create_name)
+        if buffer is None or not buffer.coalesces(spec.kind):
+            direct = getattr(instrument, record_name)
+    except Exception as exc:
+        error = exc
+    with _registry.lock:
+        if error is None:
+            entry = cache.emitters.get(spec.key)  # another thread's, created meanwhile
+            if entry is None and not cache.finished:
+                if direct is None and buffer is not None:  # dict work only, no SDK call
+                    direct = buffer.instrument(instrument, record_name, spec.kind)
+                if direct is not None:
+                    entry = cache.emitters[spec.key] = _emitter(state, spec, direct)
+        if error is not None:
+            cache.failed.add(spec.key)
+    return entry, error, advisory_error
+
+
+def _emitter(state: MetricGroup, spec: MetricSpec, emit: Callable[..., object]) -> Emitter:
+    """The entry `record_metrics` keeps for a key whose instrument records with `emit`."""
+    # The floor is also the fast path's int64 bound for signed kinds.
+    lowest = 0 if spec.kind in NON_NEGATIVE_KINDS else INT64_MIN
+    emit_int = emit
+    if spec.kind in SUM_KINDS:
+        # Only ints can pass int64; floats skip the guard's extra call.
+        emit_int = _Int64Sum(emit, _sum_warning(state, spec.key))
+    return emit, emit_int, lowest
+
+
+# Per thread: the (meter cache, key) pairs whose instrument this thread is creating.
+_creating = threading.local()
+
+
+def _creating_here() -> set[tuple[int, str]]:
+    pairs: set[tuple[int, str]] | None = getattr(_creating, "pairs", None)
+    if pairs is None:
+        pairs = _creating.pairs = set()
+    return pairs
 
 
 def _bound_emitter(

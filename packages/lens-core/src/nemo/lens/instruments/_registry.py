@@ -31,7 +31,7 @@ Emitter: TypeAlias = tuple[Callable[..., object], Callable[..., object], int]
 class MeterCache:
     """The instruments one group has created on one meter, which it holds weakly."""
 
-    __slots__ = ("bounded", "buffer", "emitters", "failed", "inherited", "ref")
+    __slots__ = ("bounded", "buffer", "emitters", "failed", "finished", "inherited", "ref")
 
     def __init__(self, ref: Any) -> None:
         self.ref = ref
@@ -47,6 +47,9 @@ class MeterCache:
         #: True in a forked child for a meter the parent recorded on: never recorded
         #: into again there (see `_drop_inherited_instruments`).
         self.inherited = False
+        #: True once the setup whose provider made this meter was shut down: recording
+        #: on it is dropped with a warning (see `nemo.lens.instruments._finished`).
+        self.finished = False
         #: Where this meter's gauges and sums are buffered until a collection (a meter of
         #: a provider lens's pipeline built), or None: recorded directly.
         self.buffer: CoalescingBuffer | None = None

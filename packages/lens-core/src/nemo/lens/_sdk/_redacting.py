@@ -1,0 +1,326 @@
+"""Redaction at the export boundary of every signal a lens pipeline builds.
+
+The rule is `nemo.lens._redaction`'s (`DEFAULT_REDACT_KEYS`, matched by words); this
+module applies it to what leaves the process, whoever wrote it: a span helper, a direct
+`span.set_attribute` on a lens tracer's span, an instrumentation library, the logging
+bridge (a record's `extra`), a meter's caller.
+
+- Spans (`RedactingSpanExporter`): span, event and link attributes; the exception texts
+  (`exception.message`, `exception.stacktrace`) and an ERROR status description pass
+  `redact_text`, which hides the value of each `key=value` pair whose key is secret.
+- Logs (`RedactingLogExporter`): log record attributes, exception texts as for spans.
+- Metrics (`redact_collections`): point attributes, in what every collection returns, so
+  push readers, Prometheus's pull reader and injected readers all see the same; two
+  series that differ only in a secret value become one series, their points merged.
+- The resource is redacted once where it is built (`nemo.lens.resources`).
+
+The work runs at export, once per batch or collection, never on the recording path;
+anything with nothing to hide is handed on as the same object (no copy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.metrics.export import (
+    Gauge,
+    HistogramDataPoint,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+)
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.trace import Link, Status, StatusCode
+
+from nemo.lens import _otel_internals
+from nemo.lens._redaction import DEFAULT_ENTRIES, REDACTED, matches, redact_text
+from nemo.lens._sdk._console import LogRecordExporter
+from nemo.lens._warn_once import WarnOnce
+
+_logger = logging.getLogger(__name__)
+_warnings = WarnOnce(_logger, "nemo.lens redaction at export")
+
+#: The attributes the SDK writes exception texts into (semantic conventions); their
+#: `key=value` pairs pass `redact_text`.
+EXCEPTION_TEXT_KEYS: Final = frozenset({"exception.message", "exception.stacktrace"})
+
+
+# --- attributes -------------------------------------------------------------------------------
+
+
+def redacted_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A copy of `attributes` with secret values redacted, or None when nothing changes."""
+    if not attributes:
+        return None
+    changed: dict[str, Any] | None = None
+    # Keys only: reading every value through the SDK's mapping costs more than the rule.
+    for key in attributes:
+        if key in EXCEPTION_TEXT_KEYS:
+            value = attributes[key]
+            if not isinstance(value, str):
+                continue
+            hidden: Any = redact_text(value)
+        elif matches(key, DEFAULT_ENTRIES):
+            value = attributes[key]
+            hidden = REDACTED
+        else:
+            continue
+        if hidden != value:
+            if changed is None:
+                changed = dict(attributes)
+            changed[key] = hidden
+    return changed
+
+
+def _bounded(values: Mapping[str, Any], dropped: int, *, always: bool = False) -> Mapping[str, Any]:
+    """`values` (already cleaned by the SDK), still counting the `dropped` attributes.
+
+    A plain mapping when nothing was dropped (a span's, event's or link's count then
+    reads 0), unless `always` (a log record's count reads `.dropped` in SDK 1.23-1.30).
+    """
+    if not dropped and not always:
+        return values
+    bounded = BoundedAttributes(attributes=values, immutable=True)
+    bounded.dropped = dropped
+    return bounded
+
+
+def _dropped(attributes: object) -> int:
+    return attributes.dropped if isinstance(attributes, BoundedAttributes) else 0
+
+
+def _bounded_list(items: Sequence[Any], dropped: int) -> Sequence[Any]:
+    if not dropped:
+        return items
+    bounded = BoundedList.from_seq(None, items)
+    bounded.dropped = dropped
+    return bounded
+
+
+# --- spans ------------------------------------------------------------------------------------
+
+
+def redacted_span(span: ReadableSpan) -> ReadableSpan:
+    """`span` itself when it has nothing to hide, else a copy with its secrets redacted
+    (dropped counts kept)."""
+    attributes = redacted_attributes(span.attributes)
+    original_events = span.events
+    events: list[Event] | None = None
+    for index, event in enumerate(original_events):
+        event_attributes = redacted_attributes(event.attributes)
+        if event_attributes is not None:
+            if events is None:
+                events = list(original_events)
+            events[index] = Event(
+                event.name,
+                _bounded(event_attributes, _dropped(event.attributes)),
+                event.timestamp,
+            )
+    original_links = span.links
+    links: list[Link] | None = None
+    for index, link in enumerate(original_links):
+        link_attributes = redacted_attributes(link.attributes)
+        if link_attributes is not None:
+            if links is None:
+                links = list(original_links)
+            links[index] = Link(link.context, _bounded(link_attributes, _dropped(link.attributes)))
+    status = span.status
+    description = status.description
+    if status.status_code is StatusCode.ERROR and description:
+        hidden = redact_text(description)
+        if hidden != description:
+            status = Status(StatusCode.ERROR, hidden)
+    if attributes is None and events is None and links is None and status is span.status:
+        return span
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=(
+            span.attributes if attributes is None else _bounded(attributes, span.dropped_attributes)
+        ),
+        events=_bounded_list(original_events if events is None else events, span.dropped_events),
+        links=_bounded_list(original_links if links is None else links, span.dropped_links),
+        kind=span.kind,
+        status=status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+class RedactingSpanExporter(SpanExporter):
+    """Forwards each batch to `exporter` with every span's secrets redacted.
+
+    A span that cannot be redacted is dropped (with one warning), never sent as it was.
+    """
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self._exporter = exporter
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        handed: list[ReadableSpan] = []
+        for span in spans:
+            try:
+                handed.append(redacted_span(span))
+            except Exception as exc:
+                _warnings.failure("redacting a span before export", exc, "the span was dropped")
+        return self._exporter.export(handed)
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self._exporter.force_flush(timeout_millis))
+
+
+# --- logs -------------------------------------------------------------------------------------
+
+
+class RedactingLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chosen by release
+    """Forwards each batch to `exporter` with every record's secret attributes redacted.
+
+    A record's attributes are replaced in place: the batch processor hands each record to
+    this one exporter, after every processor has seen it. A record that cannot be
+    redacted is dropped (with one warning).
+    """
+
+    def __init__(self, exporter: Any) -> None:
+        self._exporter = exporter
+
+    def export(self, batch: Sequence[Any]) -> Any:
+        handed: list[Any] = []
+        for item in batch:
+            try:
+                record = item.log_record
+                attributes = redacted_attributes(record.attributes)
+                if attributes is not None:
+                    dropped = _dropped(record.attributes)
+                    record.attributes = _bounded(attributes, dropped, always=True)
+                handed.append(item)
+            except Exception as exc:
+                _warnings.failure(
+                    "redacting a log record before export", exc, "the record was dropped"
+                )
+        return self._exporter.export(handed)
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's log base
+        return True if flush is None else bool(flush(timeout_millis))
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+def redact_collections(reader: object) -> bool:
+    """Make every collection of `reader` return its points with secret attributes redacted.
+
+    Wraps the collection callback the `MeterProvider` gave the reader, as the fork gate
+    does (`nemo.lens._sdk._fork.gate_metric_reader`), so it covers every kind of reader.
+    A collection that cannot be redacted returns nothing (with one warning). Returns
+    False, leaving the reader as it was, on an SDK release without that callback.
+    """
+    original = _otel_internals.collect_callback(reader)
+    if original is None:
+        _logger.warning(
+            "this OpenTelemetry SDK gives %s no collection callback; metric attributes "
+            "with secret-looking keys are exported as they were recorded",
+            type(reader).__name__,
+        )
+        return False
+
+    def collect_redacted(*args: Any, **kwargs: Any) -> Any:
+        collected = original(*args, **kwargs)
+        if not isinstance(collected, MetricsData):
+            return collected
+        try:
+            return redacted_metrics(collected)
+        except Exception as exc:
+            _warnings.failure(
+                "redacting metric points before export", exc, "the collection was dropped"
+            )
+            return None
+
+    _otel_internals.replace_collect_callback(reader, collect_redacted)
+    return True
+
+
+def redacted_metrics(data: MetricsData) -> MetricsData:
+    """`data` itself when no point has a secret attribute, else a redacted copy."""
+    changed = False
+    resource_metrics = []
+    for resource in data.resource_metrics:
+        scopes = []
+        for scope in resource.scope_metrics:
+            metrics = [_redacted_metric(metric) for metric in scope.metrics]
+            if any(new is not old for new, old in zip(metrics, scope.metrics, strict=True)):
+                scope = dataclasses.replace(scope, metrics=metrics)
+            scopes.append(scope)
+        if any(new is not old for new, old in zip(scopes, resource.scope_metrics, strict=True)):
+            changed = True
+            resource = dataclasses.replace(resource, scope_metrics=scopes)
+        resource_metrics.append(resource)
+    return dataclasses.replace(data, resource_metrics=resource_metrics) if changed else data
+
+
+def _redacted_metric(metric: Metric) -> Metric:
+    points = getattr(metric.data, "data_points", ())
+    hidden = [redacted_attributes(point.attributes) for point in points]
+    if all(attributes is None for attributes in hidden):
+        return metric
+    is_gauge = isinstance(metric.data, Gauge)
+    # Series that differed only in a secret value are one series now: merge their points.
+    merged: dict[str, Any] = {}
+    for point, attributes in zip(points, hidden, strict=True):
+        if attributes is not None:
+            point = dataclasses.replace(point, attributes=attributes)
+        key = repr(sorted(point.attributes.items()))
+        earlier = merged.get(key)
+        merged[key] = point if earlier is None else _merged(earlier, point, is_gauge, metric)
+    data: Any = metric.data  # Sum, Gauge, Histogram or ExponentialHistogram
+    data = dataclasses.replace(data, data_points=list(merged.values()))
+    return dataclasses.replace(metric, data=data)
+
+
+def _merged(first: Any, second: Any, is_gauge: bool, metric: Metric) -> Any:
+    """One point for two of the same series: gauges keep the later value, sums add,
+    explicit-bucket histograms add their buckets; any other kind keeps the first point."""
+    starts = [t for t in (first.start_time_unix_nano, second.start_time_unix_nano) if t]
+    span = {
+        "start_time_unix_nano": min(starts) if starts else first.start_time_unix_nano,
+        "time_unix_nano": max(first.time_unix_nano, second.time_unix_nano),
+    }
+    if isinstance(first, NumberDataPoint):
+        if is_gauge:
+            return second if second.time_unix_nano >= first.time_unix_nano else first
+        return dataclasses.replace(first, value=first.value + second.value, **span)
+    if isinstance(first, HistogramDataPoint) and first.explicit_bounds == second.explicit_bounds:
+        return dataclasses.replace(
+            first,
+            count=first.count + second.count,
+            sum=first.sum + second.sum,
+            bucket_counts=[
+                a + b for a, b in zip(first.bucket_counts, second.bucket_counts, strict=True)
+            ],
+            min=min(first.min, second.min),
+            max=max(first.max, second.max),
+            **span,
+        )
+    _warnings.warn(
+        ("merge", metric.name),
+        "metric %r: two series differ only in a redacted attribute value and their points "
+        "(%s) cannot be merged; one of them is exported",
+        metric.name,
+        type(first).__name__,
+    )
+    return first

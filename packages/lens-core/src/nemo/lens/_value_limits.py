@@ -1,0 +1,104 @@
+"""How long an attribute value or a log body may be: the `OTEL_*_LIMIT` rules lens follows.
+
+A gRPC collector refuses a request larger than its message limit (gRPC's default, which
+the OpenTelemetry Collector keeps, is 4 MiB) with RESOURCE_EXHAUSTED, and the whole batch
+is lost: one 5 MiB value cost 99 other spans. So lens bounds every value by default, and
+the OpenTelemetry variables, when set, choose the bounds instead (in characters, as the
+SDK counts them; `unset` means no bound):
+
+- span attributes: `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else
+  `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else 1024;
+- span event and link attributes: `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else 1024;
+- log record attributes: `OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else
+  `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else 1024;
+- log bodies (OpenTelemetry has no body limit): the log record attribute limit when one of
+  its two variables is set, else 4096.
+
+The defaults keep a full default batch under 4 MiB with one value at its limit in every
+item: 2048 spans (lens's `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`) x (1024 characters + about 100
+bytes of ids, times and name) encode to 2.2 MiB; 512 log records (the SDK's
+`OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`) x (a 4096-character body + a 1024-character attribute +
+the handler's own) to 2.6 MiB (docs/exporters.md, "Value limits"). The count limits
+(`OTEL_ATTRIBUTE_COUNT_LIMIT` and the span, event, link and log record ones) stay the SDK's
+to read; lens checks their form here too, so a bad one fails where the export plan is
+built. Nothing here imports the SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from nemo.lens import _otel_env
+from nemo.lens.errors import LensValueError
+
+#: lens's attribute value length limit (characters) where no variable sets one.
+DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT: Final = 1024
+#: lens's log body length limit (characters) where no log record limit is set.
+DEFAULT_LOG_BODY_LENGTH_LIMIT: Final = 4096
+#: The SDK's count limits, read by the SDK itself; lens checks only their form.
+COUNT_LIMIT_VARIABLES: Final = (
+    "OTEL_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_EVENT_COUNT_LIMIT",
+    "OTEL_SPAN_LINK_COUNT_LIMIT",
+    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_LOGRECORD_ATTRIBUTE_COUNT_LIMIT",
+)
+_UNSET: Final = "unset"
+
+
+@dataclass(frozen=True)
+class ValueLimits:
+    """The longest value each place may hold, in characters; None is no bound."""
+
+    span_attribute: int | None
+    #: Span event and link attributes.
+    attribute: int | None
+    log_attribute: int | None
+    log_body: int | None
+
+
+def _limit(environ: Mapping[str, str] | None, name: str) -> tuple[int | None, bool]:
+    """`name` as a limit and True (None for `unset`), or (None, False) when it is not set.
+
+    Raises:
+        LensValueError: Neither a non-negative integer nor `unset`; names the variable.
+    """
+    raw = _otel_env._read(environ, name)
+    if not raw:
+        return None, False
+    if raw.lower() == _UNSET:
+        return None, True
+    if raw.isascii() and raw.isdigit():
+        return int(raw), True
+    raise LensValueError(
+        f"Invalid value for {name}: {raw!r}; expected a non-negative integer (characters) "
+        f"or {_UNSET!r} for no limit (lens's default is {DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT} "
+        "for attribute values)"
+    )
+
+
+def value_limits(environ: Mapping[str, str] | None = None) -> ValueLimits:
+    """The value length limits the environment gives, by the rules in this module's docstring.
+
+    Raises:
+        LensValueError: A length or count limit variable is neither a non-negative integer
+            nor `unset`; the message names it.
+    """
+    for name in COUNT_LIMIT_VARIABLES:
+        _limit(environ, name)
+    general, general_set = _limit(environ, "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+    if not general_set:
+        general = DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
+    span, span_set = _limit(environ, "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+    log, log_set = _limit(environ, "OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+    log_attribute = log if log_set else general
+    return ValueLimits(
+        span_attribute=span if span_set else general,
+        attribute=general,
+        log_attribute=log_attribute,
+        log_body=log_attribute if log_set or general_set else DEFAULT_LOG_BODY_LENGTH_LIMIT,
+    )

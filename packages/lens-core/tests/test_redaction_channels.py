@@ -1,0 +1,395 @@
+"""Redaction at the export boundary of every signal a lens pipeline builds (issue 23, item 5).
+
+The key rule (`nemo.lens._redaction.is_secret_key`) applies to what leaves the process,
+whatever wrote it: span attributes set straight on a lens tracer's span, event and link
+attributes, log record attributes (a record's `extra`), metric point attributes (pushed
+over OTLP and pulled by Prometheus), the resource (setup's argument and
+`OTEL_RESOURCE_ATTRIBUTES`), and `key=value` pairs with a secret key in the exception
+texts recorded on a span. Each test goes through setup's real pipeline and a real
+exporter: in memory, lens's console (OTLP/JSON) file, a real OTLP receiver on 127.0.0.1
+or lens's Prometheus endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from lens_children import free_port
+from lens_receivers import OtlpReceiver
+
+from nemo.lens import (
+    MetricSpec,
+    NemoLensConfig,
+    TelemetryHandle,
+    managed_span,
+    record_metrics,
+    register_metric_group,
+    set_enabled_span_groups,
+    setup_telemetry,
+)
+from nemo.lens.logging_bridge import setup_logging_bridge
+from nemo.lens.testing import isolated_telemetry
+
+pytest.importorskip("opentelemetry.sdk.trace")
+
+from opentelemetry import trace
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+
+SECRET = "s3cr3t-value"
+# `nemo.lens._redaction.REDACTED`, spelled out so the tests also run on older trees.
+REDACTED = "[REDACTED]"
+LOGGER_NAME = "lens.tests.redaction_channels"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(clean_environ: pytest.MonkeyPatch) -> Iterator[None]:
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    with isolated_telemetry(clear_span_registry=True):
+        yield
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    logger.propagate = True
+
+
+def setup_in_memory(**kwargs: Any) -> tuple[TelemetryHandle, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True, metrics_enabled=False),
+        span_exporter=exporter,
+        _allow_reinit=True,
+        **kwargs,
+    )
+    return handle, exporter
+
+
+def exported_spans(handle: TelemetryHandle, exporter: InMemorySpanExporter) -> dict[str, Any]:
+    handle.force_flush()
+    return {span.name: span for span in exporter.get_finished_spans()}
+
+
+# --- spans ------------------------------------------------------------------------------------
+
+
+def test_set_attribute_on_a_lens_tracers_span_is_redacted_at_export() -> None:
+    """span.set_attribute("password", ...) on handle.tracer's span leaves as [REDACTED]."""
+    handle, exporter = setup_in_memory()
+    with handle.tracer.start_as_current_span("direct") as span:
+        span.set_attribute("password", SECRET)
+        span.set_attribute("api_key", SECRET)
+        span.set_attribute("num_tokens", 7)
+    spans = exported_spans(handle, exporter)
+    handle.shutdown()
+    assert dict(spans["direct"].attributes) == {
+        "password": REDACTED,
+        "api_key": REDACTED,
+        "num_tokens": 7,
+    }
+
+
+def test_event_and_link_attributes_are_redacted_at_export() -> None:
+    """A span event's and a link's secret attributes leave as [REDACTED]; others unchanged."""
+    handle, exporter = setup_in_memory()
+    with handle.tracer.start_as_current_span("first") as first:
+        linked = first.get_span_context()
+    link = trace.Link(linked, {"Authorization": f"Bearer {SECRET}", "peer": "rank1"})
+    with handle.tracer.start_as_current_span("evented", links=[link]) as span:
+        span.add_event("login", {"token": SECRET, "step": 3})
+    spans = exported_spans(handle, exporter)
+    handle.shutdown()
+    evented = spans["evented"]
+    (event,) = evented.events
+    assert dict(event.attributes) == {"token": REDACTED, "step": 3}
+    (exported_link,) = evented.links
+    assert dict(exported_link.attributes) == {"Authorization": REDACTED, "peer": "rank1"}
+    assert exported_link.context == linked
+
+
+def test_an_exception_message_recorded_by_lens_has_its_secret_pairs_redacted() -> None:
+    """managed_span's recorded exception: secret key=value pairs are hidden everywhere."""
+    handle, exporter = setup_in_memory()
+    set_enabled_span_groups(frozenset({"step"}))
+    message = f"login failed: password={SECRET} Authorization: Bearer {SECRET}x user=ada"
+    with pytest.raises(ValueError), managed_span("step", "failing", tracer=handle.tracer):
+        raise ValueError(message)
+    spans = exported_spans(handle, exporter)
+    handle.shutdown()
+    failing = spans["failing"]
+    (event,) = failing.events
+    texts = [
+        failing.status.description,
+        event.attributes["exception.message"],
+        event.attributes["exception.stacktrace"],
+    ]
+    for text in texts:
+        assert SECRET not in text
+        assert f"password={REDACTED}" in text
+        assert f"Authorization: {REDACTED}" in text
+        assert "user=ada" in text
+
+
+def test_spans_and_points_without_secrets_are_handed_on_unchanged() -> None:
+    """Export-time redaction returns a span or a collection with nothing secret as itself."""
+    from nemo.lens._sdk._redacting import redacted_metrics, redacted_span
+
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True),
+        span_exporter=exporter,
+        metric_reader=reader,
+        _allow_reinit=True,
+    )
+    with handle.tracer.start_as_current_span("plain") as span:
+        span.set_attribute("step", 1)
+        span.add_event("tick", {"loss": 0.5})
+    handle.meter.create_counter("plain.calls").add(1, {"phase": "train"})
+    (exported,) = exported_spans(handle, exporter).values()
+    data = reader.get_metrics_data()
+    handle.shutdown()
+    assert redacted_span(exported) is exported
+    assert data is not None
+    assert redacted_metrics(data) is data
+
+
+def test_a_redacted_span_keeps_its_dropped_counts() -> None:
+    """Redacting a span's copy keeps the attribute count the SDK's limit dropped."""
+    handle, exporter = setup_in_memory()
+    with handle.tracer.start_as_current_span("crowded") as span:
+        for index in range(130):  # the SDK keeps 128 by default: 3 of 131 are dropped
+            span.set_attribute(f"a{index}", index)
+        span.set_attribute("secret", SECRET)
+    spans = exported_spans(handle, exporter)
+    handle.shutdown()
+    crowded = spans["crowded"]
+    assert crowded.attributes["secret"] == REDACTED
+    assert crowded.dropped_attributes == 3
+
+
+# --- resources --------------------------------------------------------------------------------
+
+
+def test_resource_attributes_from_setup_and_the_environment_are_redacted(
+    clean_environ: pytest.MonkeyPatch,
+) -> None:
+    """Secret resource keys from resource_attributes and OTEL_RESOURCE_ATTRIBUTES leave hidden."""
+    clean_environ.setenv("OTEL_RESOURCE_ATTRIBUTES", f"db.password={SECRET},deployment.region=eu")
+    handle, exporter = setup_in_memory(resource_attributes={"hf_token": SECRET, "team": "rl"})
+    with handle.tracer.start_as_current_span("s"):
+        pass
+    spans = exported_spans(handle, exporter)
+    handle.shutdown()
+    resource = dict(spans["s"].resource.attributes)
+    assert resource["db.password"] == REDACTED
+    assert resource["hf_token"] == REDACTED
+    assert resource["deployment.region"] == "eu"
+    assert resource["team"] == "rl"
+    assert resource["service.name"] == "nemo"
+
+
+# --- logs -------------------------------------------------------------------------------------
+
+
+def test_a_log_records_extra_is_redacted_at_export(tmp_path: Path) -> None:
+    """logger.info(..., extra={"api_key": ...}) reaches lens's log exporter as [REDACTED]."""
+    out = tmp_path / "telemetry.jsonl"
+    handle = setup_telemetry(
+        NemoLensConfig(
+            enabled=True,
+            exporter="console",
+            console_path=str(out),
+            logs_enabled=True,
+            metrics_enabled=False,
+        ),
+        _allow_reinit=True,
+    )
+    setup_logging_bridge(LOGGER_NAME)
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.info("calling the API", extra={"api_key": SECRET, "endpoint": "/v1"})
+    try:
+        raise RuntimeError(f"refused: token={SECRET}")
+    except RuntimeError:
+        logger.exception("the call failed")
+    handle.shutdown(timeout_ms=10000)
+    text = out.read_text()
+    assert SECRET not in text
+    records = [
+        record
+        for line in text.splitlines()
+        for resource_logs in json.loads(line).get("resourceLogs", [])
+        for scope_logs in resource_logs["scopeLogs"]
+        for record in scope_logs["logRecords"]
+    ]
+    by_body = {record["body"]["stringValue"]: record for record in records}
+    attributes = {
+        item["key"]: item["value"].get("stringValue")
+        for item in by_body["calling the API"]["attributes"]
+    }
+    assert attributes["api_key"] == REDACTED
+    assert attributes["endpoint"] == "/v1"
+    failed = {
+        item["key"]: item["value"].get("stringValue")
+        for item in by_body["the call failed"]["attributes"]
+    }
+    assert failed["exception.message"] == f"refused: token={REDACTED}"
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+SPECS = [
+    MetricSpec("calls", "redact.calls", "counter"),
+    MetricSpec("load", "redact.load", "gauge"),
+    MetricSpec("latency", "redact.latency", "histogram", unit="s"),
+    # A metric of its own: the Prometheus exporter of OTel 1.23 mislabels points of one
+    # metric whose attribute keys differ.
+    MetricSpec("sizes", "redact.sizes", "counter"),
+]
+
+
+def record_secret_series(handle: TelemetryHandle) -> None:
+    register_metric_group("redact", SPECS)
+    for secret in (SECRET, SECRET + "-other"):  # two series that become one
+        record_metrics(
+            handle.meter,
+            "redact",
+            calls=2,
+            load=0.5,
+            latency=0.25,
+            attributes={"token": secret, "phase": "train"},
+        )
+    record_metrics(handle.meter, "redact", sizes=1, attributes={"token_count": 9})
+
+
+def test_metric_attributes_are_redacted_for_an_injected_reader() -> None:
+    """Points collected by any reader carry [REDACTED]; colliding series are merged into one."""
+    reader = InMemoryMetricReader()
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True, traces_enabled=False),
+        metric_reader=reader,
+        _allow_reinit=True,
+    )
+    record_secret_series(handle)
+    data = reader.get_metrics_data()
+    handle.shutdown()
+    assert data is not None
+    points: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    for resource_metrics in data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                for point in metric.data.data_points:
+                    points.setdefault(metric.name, []).append((dict(point.attributes or {}), point))
+    hidden = {"token": REDACTED, "phase": "train"}
+    [(calls_attrs, calls)] = points["redact.calls"]
+    assert calls_attrs == hidden
+    assert calls.value == 4
+    [(sizes_attrs, sizes)] = points["redact.sizes"]
+    assert sizes_attrs == {"token_count": 9}
+    assert sizes.value == 1
+    [(load_attrs, load)] = points["redact.load"]
+    assert load_attrs == hidden
+    assert load.value == 0.5
+    [(latency_attrs, latency)] = points["redact.latency"]
+    assert latency_attrs == hidden
+    assert latency.count == 2
+    assert latency.sum == 0.5
+
+
+def test_metric_attributes_are_redacted_over_otlp(clean_environ: pytest.MonkeyPatch) -> None:
+    """Metric points pushed to a real OTLP receiver carry [REDACTED], never the secret."""
+    with OtlpReceiver("http") as receiver:
+        clean_environ.setenv(
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", receiver.signal_endpoint("metrics")
+        )
+        clean_environ.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        handle = setup_telemetry(
+            NemoLensConfig(enabled=True, traces_enabled=False), _allow_reinit=True
+        )
+        record_secret_series(handle)
+        handle.shutdown(timeout_ms=10000)
+        messages = receiver.received.metric_messages()
+    assert messages
+    assert SECRET not in "".join(str(message) for message in messages)
+    tokens = {
+        attribute.value.string_value
+        for message in messages
+        for resource_metrics in message.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        for metric in scope_metrics.metrics
+        if metric.name == "redact.calls"
+        for point in metric.sum.data_points
+        for attribute in point.attributes
+        if attribute.key == "token"
+    }
+    assert tokens == {REDACTED}
+    assert receiver.received.values("redact.calls") == [4]
+
+
+def test_metric_attributes_are_redacted_in_the_prometheus_text(
+    clean_environ: pytest.MonkeyPatch,
+) -> None:
+    """A scrape of lens's Prometheus endpoint shows token="[REDACTED]", one series, summed."""
+    port = free_port()
+    clean_environ.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True, exporter="prometheus"), _allow_reinit=True
+    )
+    try:
+        record_secret_series(handle)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+    finally:
+        handle.shutdown()
+    assert SECRET not in text
+    calls = [line for line in text.splitlines() if line.startswith("redact_calls_total{")]
+    secret_line = [line for line in calls if 'token="[REDACTED]"' in line]
+    assert len(secret_line) == 1
+    assert secret_line[0].endswith(" 4.0")
+
+
+# --- the text rule ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("token=abc", f"token={REDACTED}"),
+        ("password = hunter2, user=ada", f"password = {REDACTED}, user=ada"),
+        ("Authorization: Bearer abc.def", f"Authorization: {REDACTED}"),
+        ("{'api_key': 'sk-1', 'step': 3}", f"{{'api_key': {REDACTED}, 'step': 3}}"),
+        ('{"client_secret": "x y"}', f'{{"client_secret": {REDACTED}}}'),
+        ("GET /v1?token=abc&page=2", f"GET /v1?token={REDACTED}&page=2"),
+        ("AWS_SECRET_ACCESS_KEY=AKIA/xyz", f"AWS_SECRET_ACCESS_KEY={REDACTED}"),
+        ("token_count=5 num_tokens: 7", "token_count=5 num_tokens: 7"),
+        ("No such file: /tmp/x", "No such file: /tmp/x"),
+        ("step=3 loss: 0.5", "step=3 loss: 0.5"),
+        ("ValueError: token=abc", f"ValueError: token={REDACTED}"),
+    ],
+)
+def test_the_text_rule_hides_values_of_secret_pairs(text: str, expected: str) -> None:
+    """redact_text hides the value of each key=value / key: value pair whose key is secret."""
+    from nemo.lens._redaction import redact_text
+
+    assert redact_text(text) == expected
+
+
+@given(st.text(max_size=60))
+def test_the_text_rule_never_raises(text: str) -> None:
+    """redact_text answers a str for any text, and leaves text without a pair alone."""
+    from nemo.lens._redaction import redact_text
+
+    hidden = redact_text(text)
+    assert isinstance(hidden, str)
+    if "=" not in text and ":" not in text:
+        assert hidden == text

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from lens_integrations import require, required_runtimes
+from lens_markdown import code_blocks
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -52,26 +53,6 @@ PAGES = sorted(
 COLUMN = 83
 # Blocks that show what a program printed, not code to read or paste.
 OUTPUT_LANGUAGES = frozenset({"console", "text"})
-FENCE = re.compile(r"^(?P<indent>\s*)```(?P<language>[\w+-]*)")
-
-
-def _blocks(page: pathlib.Path) -> list[tuple[int, str, list[str]]]:
-    """(first line number, language, lines) of each fenced code block of `page`."""
-    blocks = []
-    lines = page.read_text(encoding="utf-8").splitlines()
-    number = 0
-    while number < len(lines):
-        opening = FENCE.match(lines[number])
-        number += 1
-        if opening is None:
-            continue
-        indent, body, start = len(opening["indent"]), [], number + 1
-        while number < len(lines) and not lines[number].strip().startswith("```"):
-            body.append(lines[number][indent:])
-            number += 1
-        number += 1
-        blocks.append((start, opening["language"], body))
-    return blocks
 
 
 def _page_id(page: pathlib.Path) -> str:
@@ -82,7 +63,7 @@ def _page_id(page: pathlib.Path) -> str:
 def test_every_python_example_parses(page: pathlib.Path) -> None:
     """Each ```python block of the page is valid Python (a typo in an example fails here)."""
     broken = []
-    for start, language, body in _blocks(page):
+    for start, language, body in code_blocks(page):
         if language != "python":
             continue
         try:
@@ -97,7 +78,7 @@ def test_code_lines_fit_the_column(page: pathlib.Path) -> None:
     """No line of code to read or paste is wider than the page column."""
     too_wide = [
         f"line {start + offset}: {len(line)} characters"
-        for start, language, body in _blocks(page)
+        for start, language, body in code_blocks(page)
         if language not in OUTPUT_LANGUAGES
         for offset, line in enumerate(body)
         if len(line) > COLUMN
@@ -110,7 +91,7 @@ def test_readme_starts_with_the_demo_and_the_test_command() -> None:
     marker (what .ci/run executes) runs nox; the demo comes first."""
     readme = REPOSITORY / "README.md"
     text = readme.read_text(encoding="utf-8")
-    blocks = _blocks(readme)
+    blocks = code_blocks(readme)
     first = "\n".join(blocks[0][2])
     assert "lens demo" in first
     marker = text.index("<!-- test-command -->")
@@ -373,7 +354,7 @@ def _measure_page(driver: WebDriver, url: str, page: pathlib.Path) -> list[Rende
     found: list[dict[str, Any]] = driver.execute_script(MEASURE_BLOCKS, COLUMN)
     # The page's own fences come in document order among the blocks that are not part of
     # an API entry (mkdocstrings' `.doc`), so each of those is named by its Markdown line.
-    fences = [start for start, _, _ in _blocks(page)]
+    fences = [start for start, _, _ in code_blocks(page)]
     from_page = [index for index, block in enumerate(found) if not block["from_docstring"]]
     first_lines: dict[int, int] = {}
     if len(from_page) == len(fences):

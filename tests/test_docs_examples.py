@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from lens_children import child_env, run_python
+from lens_markdown import code_blocks
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 PAGES = sorted(
@@ -42,7 +42,6 @@ PAGES = sorted(
         *(REPOSITORY / "packages").glob("*/README.md"),
     ]
 )
-FENCE = re.compile(r"^(?P<indent>\s*)```(?P<language>[\w+-]*)")
 CHILD_TIMEOUT_S = 120.0
 # The prefixes the examples read their settings under, cleared like lens's own.
 EXAMPLE_PREFIXES = ("MY_TRAINER_", "NEMO_RL_OTEL_", "TRAINER_OTEL_")
@@ -66,22 +65,11 @@ class Block:
 
 def python_blocks(page: Path) -> list[Block]:
     """The ```python blocks of `page`, dedented by their fence's indent."""
-    lines = page.read_text(encoding="utf-8").splitlines()
-    blocks = []
-    number = 0
-    while number < len(lines):
-        opening = FENCE.match(lines[number])
-        number += 1
-        if opening is None:
-            continue
-        indent, body, start = len(opening["indent"]), [], number + 1
-        while number < len(lines) and not lines[number].strip().startswith("```"):
-            body.append(lines[number][indent:])
-            number += 1
-        number += 1
-        if opening["language"] == "python":
-            blocks.append(Block(page, start, "\n".join(body) + "\n"))
-    return blocks
+    return [
+        Block(page, block.line, "\n".join(block.lines) + "\n")
+        for block in code_blocks(page)
+        if block.language == "python"
+    ]
 
 
 def find(page: str, phrase: str) -> list[Block]:

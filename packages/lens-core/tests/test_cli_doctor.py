@@ -100,6 +100,23 @@ def test_prefix_and_fallback_prefix_are_passed_to_from_env() -> None:
     assert "span groups 'job,step' enable ['job', 'step']" in result.stdout
 
 
+def test_a_setting_read_from_the_fallback_prefix_is_named_by_that_variable() -> None:
+    """A bad value `from_env` read under --fallback-prefix is reported under the variable
+    that holds it, and one left unset under the primary prefix, which would set it."""
+    result = doctor(
+        "--prefix", "MY_OTEL", "--fallback-prefix", "NEMO_LENS",
+        MY_OTEL_ENABLED="true", NEMO_LENS_EXPORTER="carrier-pigeon",
+        NEMO_LENS_EXPORT_STRATEGY="every_other_rank",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout
+    problems = fail_lines(result.stdout)
+    assert any("NEMO_LENS_EXPORTER='carrier-pigeon' is not" in line for line in problems), problems
+    assert any("NEMO_LENS_EXPORT_STRATEGY='every_other_rank'" in line for line in problems)
+    assert "MY_OTEL_EXPORTER=" not in result.stdout
+    disabled = doctor("--prefix", "MY_OTEL", "--fallback-prefix", "NEMO_LENS")
+    assert "set MY_OTEL_ENABLED=1 to export" in disabled.stdout
+
+
 def test_disabled_telemetry_is_a_note_not_a_problem() -> None:
     """A disabled configuration is reported as a note and does not fail the run."""
     result = doctor(NEMO_LENS_EXPORTER="console")

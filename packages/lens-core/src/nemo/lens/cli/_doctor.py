@@ -235,7 +235,8 @@ def _check_config(
     if config.enabled:
         report.ok("telemetry is enabled")
     else:
-        report.note(f"telemetry is disabled; set {prefix}_ENABLED=1 to export")
+        enable = _variable(config, prefix, "enabled")
+        report.note(f"telemetry is disabled; set {enable}=1 to export")
         idle = "telemetry is disabled"
     disabled, odd_value = _otel_env.sdk_disabled(environ)
     if disabled:
@@ -248,7 +249,8 @@ def _check_config(
         report.note(odd_value)
     if config.exporter not in _otel_env.EXPORTERS:
         report.fail(
-            f"{prefix}_EXPORTER={config.exporter!r} is not an exporter; expected one of "
+            f"{_variable(config, prefix, 'exporter')}={config.exporter!r} is not an exporter; "
+            f"expected one of "
             f"{list(_otel_env.EXPORTERS)}"
         )
     from nemo.lens.strategies import registered_strategies
@@ -258,16 +260,24 @@ def _check_config(
         report.ok(f"export strategy {config.export_strategy!r} is registered")
     else:
         report.fail(
-            f"{prefix}_EXPORT_STRATEGY={config.export_strategy!r} is not registered; expected "
+            f"{_variable(config, prefix, 'export_strategy')}={config.export_strategy!r} is not "
+            "registered; expected "
             f"one of {strategies} (or --import the module that registers it)"
         )
     try:
         groups = config.resolved_span_groups
     except ValueError as exc:
-        report.fail(f"{prefix}_SPAN_GROUPS={config.span_groups!r}: {exc}")
+        report.fail(f"{_variable(config, prefix, 'span_groups')}={config.span_groups!r}: {exc}")
     else:
         report.ok(f"span groups {config.span_groups!r} enable {sorted(groups)}")
     return None if strict else idle
+
+
+def _variable(config: Any, prefix: str, field_name: str) -> str:
+    """The variable field `field_name` was read from (a fallback one included), else the
+    prefixed one that would set it."""
+    source = config._env_source(field_name)
+    return str(source[0]) if source is not None else f"{prefix}_{field_name.upper()}"
 
 
 def _would_fail(report: Report, text: str, idle: str | None) -> None:
@@ -318,7 +328,7 @@ def _plan_signals(
         if exporter != config.exporter:
             report.ok(
                 f"{variable}={exporter!r} sends {signal} to {exporter}, not to "
-                f"{prefix}_EXPORTER's {config.exporter!r}"
+                f"{_variable(config, prefix, 'exporter')}'s {config.exporter!r}"
             )
         if plan.exporter != exporter:
             report.ok(f"{signal} go to {plan.destination()}: {exporter} serves metrics only")

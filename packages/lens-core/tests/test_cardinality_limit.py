@@ -552,7 +552,11 @@ def limited_setup(reader: InMemoryMetricReader, limit: int) -> Any:
 
 
 def test_under_delta_temporality_the_limit_counts_per_collection_cycle() -> None:
-    """Limit 5, delta: 5 new sets after a collection keep their own series (the spec's cycle)."""
+    """Limit 5, delta: 5 new sets after a collection keep their own series (the spec's
+    cycle) where the SDK forgets delta series at each collection; elsewhere they overflow,
+    so the SDK's storage stays bounded."""
+    from nemo.lens._sdk._coalescing import sdk_forgets_delta_series
+
     with isolated_telemetry():
         register_metric_group("card", SPECS)
         reader = delta_reader()
@@ -570,12 +574,29 @@ def test_under_delta_temporality_the_limit_counts_per_collection_cycle() -> None
         finally:
             handle.shutdown()
     assert first == {attribute_set(sample=sample): 1 for sample in range(5)}
+    if not sdk_forgets_delta_series():
+        # The SDK keeps the first cycle's series: the new sets go to overflow.
+        assert attribute_set(sample=5) not in second
+        assert second[OVERFLOW_SET] == 5
+        assert third == {OVERFLOW_SET: 7}
+        return
     assert second == {attribute_set(sample=sample): 1 for sample in range(5, 10)}
     # A cycle of its own still holds the limit: 5 sets, then overflow.
     assert third == {
         **{attribute_set(sample=sample): 1 for sample in range(10, 15)},
         OVERFLOW_SET: 2,
     }
+
+
+def test_the_sdk_probe_tells_whether_delta_series_are_forgotten() -> None:
+    """The probe answers True exactly on releases whose readers take per-reader limits and
+    reset delta storage at each collection (1.45.2 and newer)."""
+    import inspect
+
+    from nemo.lens._sdk._coalescing import sdk_forgets_delta_series
+
+    takes_limits = "cardinality_limits" in inspect.signature(InMemoryMetricReader).parameters
+    assert sdk_forgets_delta_series() is takes_limits
 
 
 def test_under_cumulative_temporality_the_limit_counts_over_the_process_life() -> None:
@@ -676,3 +697,17 @@ def test_the_configured_limit_is_the_only_one_on_every_sdk_release(limit: int) -
     }
     assert counts["card.samples"] == BEYOND_SDK_DEFAULT
     assert counts["card.direct"] == BEYOND_SDK_DEFAULT
+
+
+def test_the_sdk_limit_is_found_to_lift_wherever_the_sdk_has_one() -> None:
+    """A release whose readers take `cardinality_limits` keeps them where lens lifts them
+    (a rename would bring back the SDK's silent 2000 limit: this fails instead)."""
+    import inspect
+
+    from nemo.lens import _otel_internals
+
+    takes_limits = "cardinality_limits" in inspect.signature(InMemoryMetricReader).parameters
+    lifted = _otel_internals.lift_sdk_cardinality_limits(
+        InMemoryMetricReader(), _cardinality.SDK_UNLIMITED
+    )
+    assert lifted is takes_limits

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from types import FrameType
+from typing import Any
 
 import lens_otlp_json
 import pytest
@@ -87,6 +91,95 @@ def test_shutdown_is_idempotent_and_marks_itself_done() -> None:
     assert shutdown_done(handle) is True
     handle.shutdown(timeout_ms=10)
     assert exporter.shutdowns == 1
+
+
+#: The budget of the call that interrupts a shutdown: the default, as Megatron-LM calls it.
+INTERRUPTING_BUDGET_MS = 5000
+#: "Returns promptly": far below that budget, with slack for a shared 2-core machine.
+PROMPT_S = 1.0
+
+
+def _shutdown_interrupted_before(position: int) -> float | None:
+    """Shut a fresh setup down; before the `position`-th bytecode of that `shutdown()`,
+    call `shutdown()` again from the same thread, as a SIGTERM handler landing there
+    does. The seconds that second call took; None once `shutdown()` ran out of bytecodes.
+
+    Opcode tracing stands in for the signal: CPython runs a Python signal handler between
+    two bytecodes of the interrupted frame, which is exactly where a trace callback runs,
+    so every place a signal can land is tried, one per call, deterministically.
+    """
+    exporter = CountingExporter()
+    handle = exporting_handle(exporter)
+    with handle.tracer.start_as_current_span("before"):
+        pass
+    code = TelemetryHandle.shutdown.__code__
+    seen = 0
+    elapsed: list[float] = []
+
+    def on_opcode(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal seen
+        if event == "opcode":
+            seen += 1
+            if seen == position:
+                started = time.monotonic()
+                handle.shutdown(timeout_ms=INTERRUPTING_BUDGET_MS)  # the "handler"
+                elapsed.append(time.monotonic() - started)
+        return on_opcode
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code is not code or seen:
+            return None
+        frame.f_trace_opcodes = True
+        return on_opcode
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        handle.shutdown(timeout_ms=INTERRUPTING_BUDGET_MS)
+    finally:
+        sys.settrace(previous)
+    assert [span.name for span in exporter.get_finished_spans()] == ["before"]
+    assert exporter.shutdowns == 1
+    return elapsed[0] if elapsed else None
+
+
+def _traces_opcodes() -> bool:
+    """True where `sys.settrace` delivers per-opcode events (CPython 3.12.1 gives none)."""
+    events: list[str] = []
+
+    def on_opcode(frame: FrameType, event: str, arg: Any) -> Any:
+        events.append(event)
+        return on_opcode
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        return on_opcode
+
+    def probe() -> int:
+        return len(events)
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        probe()
+    finally:
+        sys.settrace(previous)
+    return "opcode" in events
+
+
+def test_a_shutdown_interrupted_anywhere_by_another_shutdown_never_stalls() -> None:
+    """shutdown() from a handler landing at any bytecode of a running shutdown() is prompt."""
+    if not _traces_opcodes():
+        pytest.skip("this interpreter's sys.settrace gives no opcode events (CPython 3.12.1)")
+    slow: dict[int, float] = {}
+    position = 1
+    while (took := _shutdown_interrupted_before(position)) is not None:
+        if took >= PROMPT_S:
+            slow[position] = round(took, 2)
+            break  # one is enough: each costs the whole budget
+        position += 1
+    assert slow == {}  # {position: seconds} where the second call slept its budget
+    assert position > 20  # it did walk shutdown()'s bytecode
 
 
 def test_shutdown_flushes_everything_recorded_before_it() -> None:

@@ -200,7 +200,7 @@ _WALKED: dict[tuple[str, str], Callable[[], list[object]]] = {
     ("strategies.py", "_lock"): _module_lock("strategies", "_lock"),
     ("instruments/_record.py", "_lock"): _int64_sum_locks,
     ("instruments/_coalesce.py", "_lock"): _buffer_locks,
-    ("propagation.py", "_baggage_filter_lock"): _module_lock("propagation", "_baggage_filter_lock"),
+    ("_log_filters.py", "_lock"): _module_lock("_log_filters", "_lock"),
     ("resources.py", "_lock"): _module_lock("resources", "_gpu_count_memory", "_lock"),
     ("_sdk/_span_queue.py", "_lock"): _span_queue_locks,
 }
@@ -218,7 +218,6 @@ _NOT_WALKED: dict[tuple[str, str], str] = {
         "held across setup_telemetry, which builds the SDK pipeline; re-entrant, and a "
         "shutdown waits for it at most _GUARD_RELEASE_WAIT_S"
     ),
-    ("handle.py", "_shutdown_claim"): "a claim: only ever taken without blocking",
     ("propagation.py", "_import_lock"): (
         "held across the one import of opentelemetry.propagate (OTEL_PROPAGATORS is "
         "swapped for it); recording never takes it"
@@ -405,7 +404,9 @@ def _walk_strategies_and_propagation(monkeypatch: pytest.MonkeyPatch) -> None:
     register_export_strategy("walk", lambda config, rank, world_size: True)
     registered_strategies()
     unregister_export_strategy("walk")
-    monkeypatch.setattr(propagation, "_baggage_filter_installed", False)
+    from nemo.lens import _log_filters
+
+    monkeypatch.setattr(_log_filters, "_installed", set())
     propagation._bound_baggage_warnings()
 
 

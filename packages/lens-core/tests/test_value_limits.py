@@ -275,3 +275,60 @@ def test_a_default_batch_at_the_default_limits_encodes_under_grpcs_4_mib() -> No
     assert len(records) == _otel_env.DEFAULT_BLRP.max_export_batch_size
     assert len(str(records[0].log_record.body)) == DEFAULT_BODY
     assert encode_logs(records).ByteSize() < GRPC_DEFAULT_MAX_RECEIVE_BYTES
+
+
+def inmemory_setup() -> tuple[TelemetryHandle, Any]:
+    """A lens setup (default limits) exporting spans to a real SDK in-memory exporter."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    config = NemoLensConfig(enabled=True, exporter="otlp", metrics_enabled=False)
+    return setup_telemetry(config, span_exporter=exporter, _allow_reinit=True), exporter
+
+
+def test_100_cut_span_attributes_log_at_most_one_sdk_record_and_count_100(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """100 spans cutting a 5000-char value: <= 1 opentelemetry.attributes record, 100 counted."""
+    handle, _ = inmemory_setup()
+    with caplog.at_level(logging.WARNING, logger="opentelemetry.attributes"):
+        for index in range(RECORDS):
+            with handle.tracer.start_as_current_span(f"step-{index}") as span:
+                span.set_attribute("payload", "x" * 5000)
+    sdk_records = [r for r in caplog.records if r.name == "opentelemetry.attributes"]
+    handle.force_flush(timeout_ms=10000)
+    pipeline = handle._pipeline
+    assert pipeline is not None
+    count = pipeline.truncations.count
+    handle.shutdown(timeout_ms=10000)
+    assert len(sdk_records) <= 1
+    assert count == RECORDS
+
+
+def _raise_deep(depth: int) -> None:
+    """Raise a KeyError `depth` frames down, alternating with `_deeper` (no frame collapses)."""
+    if depth == 0:
+        raise KeyError("shard-7")
+    _deeper(depth - 1)
+
+
+def _deeper(depth: int) -> None:
+    _raise_deep(depth)
+
+
+def test_an_exception_30_frames_deep_exports_its_stacktrace_tail_within_the_limit() -> None:
+    """managed_span's exception.stacktrace keeps the traceback's last line, within the limit."""
+    from nemo.lens import managed_span, set_enabled_span_groups
+
+    handle, exporter = inmemory_setup()
+    set_enabled_span_groups(frozenset({"step"}))
+    with pytest.raises(KeyError), managed_span("step", "deep"):
+        _raise_deep(30)
+    handle.shutdown(timeout_ms=10000)
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "deep"]
+    (event,) = [e for e in span.events if e.name == "exception"]
+    stack = str((event.attributes or {})["exception.stacktrace"])
+    assert len(stack) <= DEFAULT_LENGTH
+    # The message itself is redacted at export (`KeyError: [REDACTED]`): match the line's head.
+    assert stack.rstrip("\n").splitlines()[-1].startswith("KeyError: ")
+    assert stack.startswith("...\n")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 from nemo.lens._warn_once import WarnOnce
 
@@ -186,44 +186,166 @@ def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_RED
     return REDACTED if is_secret_key(key, redact_keys) else value
 
 
+#: How many levels of mappings and lists `redacted_mapping(..., nested=True)` searches (a
+#: log record's extended attributes); a container deeper than that is hidden whole.
+MAX_DEPTH: Final = 8
+
+
+def redacted_mapping(values: Mapping[str, Any], *, nested: bool = False) -> dict[str, Any] | None:
+    """A copy of `values` with the value of every secret key (by `DEFAULT_REDACT_KEYS`)
+    replaced by `"[REDACTED]"`, or None when nothing changes.
+
+    With `nested`, the mappings and lists among the values are searched too, `MAX_DEPTH`
+    levels deep, and a mapping or list deeper than that is replaced whole. Without it only
+    the keys are read (span, metric and resource attributes hold no mappings).
+    """
+    return _redacted_level(values, 0 if nested else MAX_DEPTH)
+
+
+def _redacted_level(values: Mapping[Any, Any], depth: int) -> dict[Any, Any] | None:
+    changed: dict[Any, Any] | None = None
+    for key in values:
+        if isinstance(key, str) and matches(key, DEFAULT_ENTRIES):
+            value = values[key]
+            hidden: Any = REDACTED
+            if value == REDACTED:
+                continue
+        elif depth < MAX_DEPTH:
+            value = values[key]
+            hidden = _redacted_value(value, depth + 1)
+            if hidden is value:
+                continue
+        else:
+            continue
+        if changed is None:
+            changed = dict(values)
+        changed[key] = hidden
+    return changed
+
+
+def _redacted_value(value: Any, depth: int) -> Any:
+    """`value` itself, or a copy with the secrets in its mappings hidden; `depth` counts
+    the containers around it."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Mapping, list, tuple)):
+        return value
+    if depth >= MAX_DEPTH:
+        return REDACTED
+    if isinstance(value, Mapping):
+        hidden = _redacted_level(value, depth)
+        return value if hidden is None else hidden
+    items = [_redacted_value(item, depth + 1) for item in value]
+    if all(new is old for new, old in zip(items, value, strict=True)):
+        return value
+    return tuple(items) if isinstance(value, tuple) else items
+
+
+# --- the text rule ----------------------------------------------------------------------------
+
+# Entries that name content, not credentials: in free text they label prose
+# ("prompt: expected 3", `text = tokenizer.decode(ids)`), and hiding the one word after
+# them would hide nothing of the content anyway. The text rule looks for the others.
+_CONTENT_KEYS: Final = frozenset({"prompt", "input_text", "output_text", "text"})
+#: The entries `redact_text` looks for: `DEFAULT_REDACT_KEYS` without the content names.
+TEXT_ENTRIES: Final = _entries_of(DEFAULT_REDACT_KEYS - _CONTENT_KEYS)
+
 # The key and separator of a `key=value` or `key: value` pair in free text (an exception
 # message, a traceback): a key, optionally quoted, that starts a word.
 _PAIR_KEY: Final = re.compile(
     r"""(?<![\w.\-])(?P<quote>["']?)(?P<key>[A-Za-z_][\w.\-]*)(?P=quote)\s*[=:]\s*"""
 )
 # The value after it: quoted, an HTTP authorization scheme and its credential, or the run
-# up to the next space, comma, semicolon, `&`, quote or bracket.
+# up to the next whitespace or the `&name=` / `,name=` / `;name=` of the next pair.
 _PAIR_VALUE: Final = re.compile(
-    r""""[^"]*"|'[^']*'|(?i:bearer|basic|digest|token)\s+[^\s,;&'"(){}\[\]<>]+"""
-    r"""|[^\s,;&'"(){}\[\]<>]+"""
+    r""""[^"]*"|'[^']*'|(?i:bearer|basic|digest|token)[ \t]+(?:(?![&,;][A-Za-z_][\w.\-]*=)\S)+"""
+    r"""|(?:(?![&,;][A-Za-z_][\w.\-]*=)\S)+"""
 )
+# An exception class name, which ends a traceback (`KeyError: 'input_ids'`) and is no key.
+_EXCEPTION_CLASS: Final = re.compile(r"[A-Za-z_]\w*(?:Error|Exception|Warning|Exit|Interrupt)")
+# A traceback's frame line; the indented lines after it are source code, not pairs.
+_FRAME_LINE: Final = re.compile(r'[ \t]*File ".*", line \d+')
+# Punctuation that ends a sentence or a list around a value rather than belonging to it.
+_CLOSERS: Final = {")": "(", "]": "[", "}": "{", ">": "<"}
+
+
+def _value_end(text: str, start: int, end: int) -> int:
+    """Where the unquoted value `text[start:end]` ends: without a trailing `,` or `;`, or
+    a closing bracket or quote it did not open (`{token: abc}`, `'...,token=abc'`)."""
+    while end > start:
+        last = text[end - 1]
+        opener = _CLOSERS.get(last)
+        if (
+            last in ",;"
+            or (last in "'\"" and text.count(last, start, end) % 2)
+            or (
+                opener is not None and text.count(opener, start, end) < text.count(last, start, end)
+            )
+        ):
+            end -= 1
+        else:
+            break
+    return end
+
+
+def _redact_pairs(text: str) -> str:
+    pieces: list[str] = []
+    done = 0
+    for pair in _PAIR_KEY.finditer(text):
+        key = pair["key"]
+        if (
+            pair.start() < done
+            or _EXCEPTION_CLASS.fullmatch(key.rpartition(".")[2])
+            or not matches(key, TEXT_ENTRIES)
+        ):
+            continue
+        value = _PAIR_VALUE.match(text, pair.end())
+        if value is not None:
+            end = value.end()
+            if text[value.start()] not in "\"'":
+                end = _value_end(text, value.start(), end)
+            pieces += (text[done : pair.end()], REDACTED)
+            done = end
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def _redact_traceback(text: str) -> str:
+    """`_redact_pairs` on each line of `text` but a traceback's source lines."""
+    lines = text.splitlines(keepends=True)
+    in_source = False
+    for index, line in enumerate(lines):
+        if _FRAME_LINE.match(line):
+            in_source = True
+        elif in_source and line[:1] in (" ", "\t"):
+            continue
+        else:
+            in_source = False
+        lines[index] = _redact_pairs(line)
+    return "".join(lines)
 
 
 def redact_text(text: str) -> str:
-    """`text` with the value of every `key=value` / `key: value` pair whose key is secret
-    (by `DEFAULT_REDACT_KEYS`) replaced by `"[REDACTED]"`; never raises.
+    """`text` with the value of every `key=value` / `key: value` pair whose key names a
+    credential replaced by `"[REDACTED]"`; never raises.
 
-    Keys may be quoted (`{'api_key': 'sk-1'}`); a value is a quoted string, an HTTP
-    authorization scheme with its credential (`Authorization: Bearer abc`), or the run of
-    characters up to the next space, comma, semicolon, `&`, quote or bracket. A secret
-    written without a secret key in front of it (`failed for sk-123`) is not found.
+    A key is secret by `DEFAULT_REDACT_KEYS` without the content names (`prompt`, `text`,
+    `input_text`, `output_text`), and may be quoted (`{'api_key': 'sk-1'}`); an exception
+    class name (`KeyError: 'input_ids'`) is never a key, and the source lines of a
+    traceback (the indented lines after `File "...", line N`) are left alone. A value is
+    a quoted string, an HTTP authorization scheme with its credential
+    (`Authorization: Bearer abc`), or the run up to the next whitespace (`secret=a,b`
+    whole), less a trailing `,`, `;` or unopened bracket or quote, and up to the
+    `&name=`, `,name=` or `;name=` of a next pair (a URL query, `OTEL_RESOURCE_ATTRIBUTES`).
+    A secret written without a secret key in front of it (`failed for sk-123`) is not
+    found.
     """
     try:
         if "=" not in text and ":" not in text:
             return text
-        pieces: list[str] = []
-        done = 0
-        for pair in _PAIR_KEY.finditer(text):
-            if pair.start() < done or not matches(pair["key"], DEFAULT_ENTRIES):
-                continue
-            value = _PAIR_VALUE.match(text, pair.end())
-            if value is not None:
-                pieces += (text[done : pair.end()], REDACTED)
-                done = value.end()
-        if not pieces:
-            return text
-        pieces.append(text[done:])
-        return "".join(pieces)
+        if 'File "' in text:
+            return _redact_traceback(text)
+        return _redact_pairs(text)
     except Exception:  # a str subclass that misbehaves: hide it all rather than leak it
         return REDACTED
 

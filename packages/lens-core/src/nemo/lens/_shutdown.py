@@ -386,13 +386,14 @@ def wait_at_exit(started: LaneRuns) -> None:
     """If the process exits while `started` runs, exit waits for it, until its deadline.
 
     A signal handler that exits (`sys.exit`) while a shutdown runs would otherwise end
-    the process with that shutdown's export in flight on a daemon thread.
+    the process with that shutdown's export in flight on a daemon thread. Idempotent.
     """
     now = time.monotonic()
     _running[:] = [
         run for run in _running if run.built.here() and run.deadline > now and not run.finished()
     ]
-    _running.append(started)
+    if not any(run is started for run in _running):
+        _running.append(started)
 
 
 def _join_running() -> None:

@@ -25,6 +25,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
+from nemo.lens import _value_limits
 from nemo.lens._attributes import attribute_key, attribute_value, encodable_text, is_encodable
 from nemo.lens._redaction import DEFAULT_ENTRIES, REDACTED, matches, redaction_entries
 from nemo.lens._warn_once import WarnOnce
@@ -154,6 +155,10 @@ def record_span_error(
 ) -> None:
     """Record `exc` on `span` (the SDK's exception event) and set ERROR status; never raises.
 
+    Under a lens pipeline's length limit (`_value_limits.event_attribute_limit`) the
+    traceback is cut from its head, so its last lines (the exception's own) are kept; the
+    SDK would keep its first.
+
     A step that fails is logged once through `warnings` (the span helpers' by default),
     as `<where>: <step> failed (...); <consequence>`.
     """
@@ -164,19 +169,21 @@ def record_span_error(
     message = encodable_text(raw) if raw is not None else f"<{type(exc).__name__}: str() failed>"
     try:
         if record_exception:
-            if raw is None or is_encodable(raw):
+            encodable = raw is None or is_encodable(raw)
+            limit = _value_limits.event_attribute_limit()
+            if encodable and limit is None:
                 span.record_exception(exc)
             else:
                 # The SDK writes str(exc) and the traceback (which repeats it) as they are,
-                # and one lone surrogate there would make the whole batch unencodable.
+                # and one lone surrogate there would make the whole batch unencodable; its
+                # limit keeps the traceback's head. Given attributes win over the SDK's.
                 stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-                span.record_exception(
-                    exc,
-                    attributes={
-                        "exception.message": message,
-                        "exception.stacktrace": encodable_text(stack),
-                    },
-                )
+                if not encodable:
+                    stack = encodable_text(stack)
+                given = {"exception.stacktrace": _value_limits.keep_tail(stack, limit)}
+                if not encodable:
+                    given["exception.message"] = message
+                span.record_exception(exc, attributes=given)
     except Exception as failure:
         warnings.failure(f"{where}: recording the exception", failure, consequence)
     description = f"{type(exc).__name__}: {message}" if typed_description else message

@@ -14,14 +14,26 @@ SDK counts them; `unset` means no bound):
 - log bodies (OpenTelemetry has no body limit): the log record attribute limit when one of
   its two variables is set, else 4096.
 
-The defaults keep a full default batch under 4 MiB with one value at its limit in every
-item: 2048 spans (lens's `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`) x (1024 characters + about 100
-bytes of ids, times and name) encode to 2.2 MiB; 512 log records (the SDK's
+What the defaults guarantee, and what they do not: a full default batch stays under 4 MiB
+when each item carries ONE long value at its limit, in single-byte (ASCII) text: 2048 spans
+(lens's `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`) x (1024 characters + about 100 bytes of ids,
+times and name) encode to 2.2 MiB; 512 log records (the SDK's
 `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`) x (a 4096-character body + a 1024-character attribute +
-the handler's own) to 2.6 MiB (docs/exporters.md, "Value limits"). The count limits
-(`OTEL_ATTRIBUTE_COUNT_LIMIT` and the span, event, link and log record ones) stay the SDK's
-to read; lens checks their form here too, so a bad one fails where the export plan is
-built. Nothing here imports the SDK.
+the handler's own) to 2.6 MiB (docs/exporters.md, "Value limits"). The limits bound each
+value, not an item or a batch: two values at the limit per span take a full batch to
+4.2 MiB, one value of 2-byte characters (`é`) to 4.2 MiB and of 3-byte ones (`€`, CJK) to
+6.2 MiB, and an item may hold up to 128 attributes and 128 events (the SDK's count limits).
+Where items carry several long values or non-ASCII text, lower
+`OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (or `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`) or the length
+limits, or raise the collector's limit.
+The count limits (`OTEL_ATTRIBUTE_COUNT_LIMIT` and the span, event, link and log record
+ones) stay the SDK's to read; lens checks their form here too, so a bad one fails where the
+export plan is built.
+
+The limits of the pipeline whose tracer provider is the global one are noted here
+(`note_in_force`), so lens's own exception recording (`_span_lifecycle.record_span_error`)
+can cut a traceback from its head and keep its last lines (`keep_tail`), where the SDK
+would keep its first. Nothing here imports the SDK.
 """
 
 from __future__ import annotations
@@ -29,6 +41,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
+
+from opentelemetry import trace
 
 from nemo.lens import _otel_env
 from nemo.lens.errors import LensValueError
@@ -48,6 +62,8 @@ COUNT_LIMIT_VARIABLES: Final = (
     "OTEL_LOGRECORD_ATTRIBUTE_COUNT_LIMIT",
 )
 _UNSET: Final = "unset"
+#: What a traceback cut by `keep_tail` starts with.
+CUT_MARKER: Final = "...\n"
 
 
 @dataclass(frozen=True)
@@ -102,3 +118,32 @@ def value_limits(environ: Mapping[str, str] | None = None) -> ValueLimits:
         log_attribute=log_attribute,
         log_body=log_attribute if log_set or general_set else DEFAULT_LOG_BODY_LENGTH_LIMIT,
     )
+
+
+# (the tracer provider, its span event attribute limit): written once per setup, read on
+# an exception; a tuple, so a reader sees both of one setup.
+_in_force: tuple[object, int | None] | None = None
+
+
+def note_in_force(tracer_provider: object, limits: ValueLimits) -> None:
+    """Note that `tracer_provider` (a lens pipeline's) cuts span values to `limits`."""
+    global _in_force
+    _in_force = (tracer_provider, limits.attribute)
+
+
+def event_attribute_limit() -> int | None:
+    """The length limit on span event attribute values (where `exception.stacktrace` is
+    written) of lens's pipeline, while its tracer provider is the global one; else None."""
+    in_force = _in_force
+    if in_force is None or trace.get_tracer_provider() is not in_force[0]:
+        return None
+    return in_force[1]
+
+
+def keep_tail(text: str, limit: int | None) -> str:
+    """`text` at most `limit` long, cut from its head: `CUT_MARKER` + its last characters."""
+    if limit is None or len(text) <= limit:
+        return text
+    if limit <= len(CUT_MARKER):
+        return text[len(text) - limit :]
+    return CUT_MARKER + text[len(text) - (limit - len(CUT_MARKER)) :]

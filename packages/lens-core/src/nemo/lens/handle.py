@@ -14,7 +14,6 @@ import logging
 import operator
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -87,11 +86,10 @@ class TelemetryHandle:
         # Named by consumers; set once the shutdown work is about to start (never before
         # its budget was read), so a second call only waits for it.
         self._shutdown_done = False
-        # Taken without blocking by the one call that shuts down; the thread it ran on and
-        # its budget, and the work once built (see `_join_shutdown`).
-        self._shutdown_claim = threading.Lock()
-        self._shutdown_owner: _ShutdownOwner | None = None
-        self._shutdown_run: _shutdown.LaneRuns | None = None
+        # "owner": the call that shuts down (its thread, budget, process); "run": its work
+        # once built. Each is claimed by one `dict.setdefault`, a single step a signal
+        # handler cannot land inside: whoever finds the claim taken finds its owner too.
+        self._shutdown_claim: dict[str, Any] = {}
         # The providers an exporting setup built; None for a handle built by hand.
         self._pipeline: Pipeline | None = None
         # A no-op setup built nothing, so its flush and shutdown touch nothing.
@@ -194,11 +192,12 @@ class TelemetryHandle:
         `timeout_ms` is a number of milliseconds: None means the default (5000); a
         negative number means 0; anything above the maximum of 600000 (10 minutes),
         infinity included, means that maximum; NaN or a non-number means the default,
-        with one warning. Once the work has started, a later call (from another thread,
-        or from a signal handler that interrupted this one) starts nothing: it waits for
-        the running shutdown to finish, at most its own `timeout_ms` and never past the
-        running one's deadline. If the process exits while the shutdown runs (a SIGTERM
-        handler calling `sys.exit`), exit waits for it, up to that shutdown's deadline.
+        with one warning. Once a call has claimed the shutdown, a later call (from another
+        thread, or from a signal handler that interrupted this one) runs nothing twice:
+        it starts the claimed work if that has not started yet, then waits for it to
+        finish, at most its own `timeout_ms` and never past the running one's deadline.
+        If the process exits while the shutdown runs (a SIGTERM handler calling
+        `sys.exit`), exit waits for it, up to that shutdown's deadline.
 
         An exporting setup that is never shut down is shut down at interpreter exit by
         lens's own `atexit` hook, within 5000 ms: a forgotten `shutdown()` delays exit by
@@ -206,10 +205,10 @@ class TelemetryHandle:
         """
         try:
             budget = _shutdown.budget_ms("shutdown", timeout_ms)
-            if self._shutdown_done or not self._shutdown_claim.acquire(blocking=False):
+            owner = _ShutdownOwner(threading.get_ident(), budget, BuiltHere())
+            if self._shutdown_done or self._shutdown_claim.setdefault("owner", owner) is not owner:
                 self._join_shutdown(budget)
                 return
-            self._shutdown_owner = _ShutdownOwner(threading.get_ident(), budget, BuiltHere())
             self._shutdown_done = True
             self._mark_meters_finished()
             running = self._start_shutdown(budget)
@@ -233,46 +232,33 @@ class TelemetryHandle:
     def _start_shutdown(self, budget: int) -> _shutdown.LaneRuns:
         """Start the shutdown work once, and have exit wait for it while it runs.
 
-        Called by the call that claimed the shutdown, and by a signal handler that
-        interrupted that call on its own thread before the work was started (the
-        interrupted call then resumes after the handler, finds it built and starts only
-        what is not running yet): never by two threads at once.
+        Called by the call that claimed the shutdown, and by any later call that finds
+        the work not built yet (a signal handler that interrupted the claiming call on its
+        own thread, which cannot go on until the handler returns, or another thread): the
+        first work stored is the one run, and starting it twice starts each lane once.
         """
-        running = self._shutdown_run
+        running: _shutdown.LaneRuns | None = self._shutdown_claim.get("run")
         if running is None:
             built = _shutdown.LaneRuns("shutdown", self._lanes(shut_down=True), budget)
-            if self._shutdown_run is None:  # not built by a handler meanwhile
-                self._shutdown_run = built
-                _shutdown.wait_at_exit(built)
-            running = self._shutdown_run
+            running = self._shutdown_claim.setdefault("run", built)
+        # Again by every caller: a handler may have cut its builder short before this.
+        _shutdown.wait_at_exit(running)
         running.start()
         return running
 
     def _join_shutdown(self, budget: int) -> None:
-        """Wait for the running shutdown, at most `budget` ms; takes no lock.
+        """Wait for the running shutdown, at most `budget` ms and never past its deadline;
+        takes no lock.
 
-        Another thread's shutdown may not have built its work yet: poll for it. On the
-        thread of the call that claimed the shutdown (a signal handler interrupted it),
-        that call cannot go on until the handler returns, so the handler starts the work.
-        A forked child never waits for, nor starts, its parent's shutdown.
+        Whoever claimed it may not have built its work yet (this call is a signal handler
+        that interrupted it, or it is between two statements on another thread): then
+        this call starts the work, with the claiming call's budget. A forked child never
+        waits for, nor starts, its parent's shutdown.
         """
-        deadline = time.monotonic() + budget / 1000
-        here = threading.get_ident()
-        while True:
-            owner, running = self._shutdown_owner, self._shutdown_run
-            if owner is None:
-                if not self._shutdown_claim.locked():
-                    return  # nobody is shutting this handle down
-            elif not owner.built.here():
-                return
-            elif running is not None or owner.thread == here:
-                break
-            if time.monotonic() >= deadline:
-                return
-            time.sleep(_shutdown.JOIN_POLL_S)
-        if owner.thread == here or running is None:
-            running = self._start_shutdown(owner.budget)
-        running.join(max(0, int((deadline - time.monotonic()) * 1000)))
+        owner: _ShutdownOwner | None = self._shutdown_claim.get("owner")
+        if owner is None or not owner.built.here():
+            return  # nobody is shutting this handle down (in this process)
+        self._start_shutdown(owner.budget).join(budget)
 
     def _lanes(self, *, shut_down: bool) -> list[_shutdown.Lane]:
         pipeline = self._pipeline

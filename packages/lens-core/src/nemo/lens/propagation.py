@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Final
 
 from opentelemetry.context import Context
 
-from nemo.lens import _otel_env
+from nemo.lens import _log_filters, _otel_env
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.errors import LensValueError
 
@@ -69,20 +69,11 @@ class _BaggageWarnings(logging.Filter):
 
 
 _BAGGAGE_FILTER: Final = _BaggageWarnings()
-_baggage_filter_lock = threading.Lock()
-_baggage_filter_installed = False
 
 
 def _bound_baggage_warnings() -> None:
-    """Install lens's filter on `_BAGGAGE_LOGGER`, once per process (thread-safe)."""
-    global _baggage_filter_installed
-    if _baggage_filter_installed:
-        return
-    with _baggage_filter_lock:
-        install = not _baggage_filter_installed
-        _baggage_filter_installed = True
-    if install:  # after the lock: lens calls into logging under none of its locks
-        logging.getLogger(_BAGGAGE_LOGGER).addFilter(_BAGGAGE_FILTER)
+    """Install lens's filter on `_BAGGAGE_LOGGER`, once per process (`_log_filters`)."""
+    _log_filters.install_once(_BAGGAGE_LOGGER, _BAGGAGE_FILTER)
 
 
 _import_lock = threading.Lock()

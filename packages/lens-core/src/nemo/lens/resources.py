@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Final
 from nemo.lens import semconv
 from nemo.lens._attributes import attribute_key, attribute_value, encodable_text
 from nemo.lens._process import BuiltHere
-from nemo.lens._redaction import DEFAULT_ENTRIES, REDACTED, matches
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.version import __version__
 
@@ -394,19 +393,6 @@ def _clean_attributes(attributes: object) -> dict[str, AttributeValue]:
             continue
         cleaned[key] = carried
     return cleaned
-
-
-def _redacted(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
-    """`attributes` with the value of every secret key (`nemo.lens._redaction`) redacted.
-
-    Setup applies it to the whole resource once it is built, after the SDK merged
-    `OTEL_RESOURCE_ATTRIBUTES` in, so a credential given there or in `resource_attributes`
-    never leaves the process with every export.
-    """
-    return {
-        key: REDACTED if matches(key, DEFAULT_ENTRIES) else value
-        for key, value in attributes.items()
-    }
 
 
 def _rank_from_attributes(attributes: object) -> tuple[int | None, int | None]:

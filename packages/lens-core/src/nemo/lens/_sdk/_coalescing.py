@@ -8,8 +8,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from opentelemetry.sdk.metrics import Meter, MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader
+from opentelemetry.sdk.metrics import Counter, Meter, MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    InMemoryMetricReader,
+    MetricReader,
+)
 from opentelemetry.sdk.resources import Resource
 
 from nemo.lens import _otel_internals
@@ -54,6 +58,42 @@ def coalesce_recording(
         return None
     _coalesce.register(consumer, buffer, Meter)
     return buffer
+
+
+@functools.cache
+def sdk_forgets_delta_series() -> bool:
+    """True when the installed SDK drops a delta instrument's series at each collection
+    (opentelemetry-sdk 1.45.2 and newer), so a cardinality limit may count per cycle.
+
+    Older releases keep every series they ever saw, delta or not: counting per cycle there
+    would let memory grow by `limit` sets a collection. Asked once, of a throwaway provider
+    whose reader keeps one set per cycle, through the public API only (a release without
+    per-reader limits answers False).
+    """
+    try:
+        reader = InMemoryMetricReader(
+            preferred_temporality={Counter: AggregationTemporality.DELTA},
+            cardinality_limits={Counter: 1},  # type: ignore[call-arg]  # 1.45.2 and newer
+        )
+    except TypeError:
+        return False
+    provider = MeterProvider(
+        metric_readers=[reader], resource=Resource.get_empty(), shutdown_on_exit=False
+    )
+    try:
+        counter = provider.get_meter("nemo.lens.delta-series-probe").create_counter("probe")
+        counter.add(1, {"probe": 1})
+        reader.get_metrics_data()
+        counter.add(1, {"probe": 2})
+        data = reader.get_metrics_data()
+        if data is None:
+            return False
+        points = data.resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
+        return [dict(point.attributes or {}) for point in points] == [{"probe": 2}]
+    except Exception:  # an SDK that answers otherwise: count over the process's life
+        return False
+    finally:
+        provider.shutdown()
 
 
 @functools.cache

@@ -31,7 +31,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from nemo.lens import _inheritance, _otel_env, _otel_internals, _shutdown, resources
+from nemo.lens import _inheritance, _otel_env, _otel_internals, _shutdown, _value_limits, resources
 from nemo.lens._process import BuiltHere
 from nemo.lens._sdk import _coalescing, _exporters, _fork, _logging, _redacting
 from nemo.lens._sdk._ids import build_id_generator
@@ -42,6 +42,7 @@ from nemo.lens._sdk._value_limits import (
     LimitingLogExporter,
     TruncationCount,
     TruncationCountingSpanExporter,
+    bound_truncation_records,
     build_span_limits,
 )
 from nemo.lens._sdk._views import histogram_views
@@ -273,15 +274,36 @@ def build_pipeline(
         _discard(pipeline)
         raise
     if pipeline.meter_provider is not None and reader is not None:
-        # lens applies the limit itself (the SDK's, where there is one, is lifted above);
-        # only once the whole pipeline is built, so a failed setup leaves the process as
+        # Only once the whole pipeline is built, so a failed setup leaves the process as
         # it was.
-        _cardinality.set_limit(config.metric_cardinality_limit)
-        _cardinality.count_per_collection(
-            _otel_internals.provider_consumer(pipeline.meter_provider),
-            _otel_internals.delta_kinds(reader),
-        )
+        _apply_cardinality_limit(config, pipeline.meter_provider, reader)
     _inheritance.note_pipeline_built(pipeline.meter_provider)
+    return _with_value_limits_noted(plan, pipeline)
+
+
+def _apply_cardinality_limit(
+    config: NemoLensConfig, meter_provider: MeterProvider, reader: MetricReader
+) -> None:
+    """Make `metric_cardinality_limit` the limit `record_metrics` applies (lens applies it
+    itself; the SDK's own, where there is one, was lifted on `reader`), counted per
+    collection cycle for the kinds `reader` collects as delta where the SDK forgets delta
+    series at each collection too (see `instruments._cardinality`)."""
+    _cardinality.set_limit(config.metric_cardinality_limit)
+    per_cycle = frozenset[str]()
+    if _coalescing.sdk_forgets_delta_series():
+        per_cycle = _otel_internals.delta_kinds(reader)
+    _cardinality.count_per_collection(_otel_internals.provider_consumer(meter_provider), per_cycle)
+
+
+def _with_value_limits_noted(plan: ExportPlan, pipeline: Pipeline) -> Pipeline:
+    """`pipeline`, built: the SDK's truncation records bounded when a signal has value
+    limits, and its span limits noted for lens's exception recording."""
+    if any(signal.value_limits is not None for signal in plan.signals.values()):
+        bound_truncation_records()
+    traces_plan = plan.get("traces")
+    limits = None if traces_plan is None else traces_plan.value_limits
+    if pipeline.tracer_provider is not None and limits is not None:
+        _value_limits.note_in_force(pipeline.tracer_provider, limits)
     return pipeline
 
 
@@ -335,8 +357,7 @@ def _count_cut_values(
 def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:
     """Return an SDK `Resource` of `attributes` over the SDK's own detection, with every
     secret key's value redacted (`OTEL_RESOURCE_ATTRIBUTES`' too)."""
-    created = Resource.create(dict(attributes))
-    return Resource(resources._redacted(created.attributes), created.schema_url)
+    return _redacting.redacted_resource(Resource.create(dict(attributes)))
 
 
 def _discard(pipeline: Pipeline) -> None:

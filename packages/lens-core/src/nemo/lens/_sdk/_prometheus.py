@@ -41,8 +41,10 @@ MAX_CONCURRENT_SCRAPES: Final = 4
 #: Accepted connections that may wait for a worker; beyond them a connection gets a 503.
 MAX_QUEUED_SCRAPES: Final = 16
 #: Seconds a worker gives one connection, in all, to send its request and read the answer.
-#: Half Prometheus's default scrape timeout: a scrape queued behind clients that hold every
-#: worker is still answered within it.
+#: Half Prometheus's default scrape timeout (10 s): a scrape queued behind slow clients is
+#: still answered within it while at most `MAX_CONCURRENT_SCRAPES` of them are ahead of it
+#: (they hold the workers at most this long, then one is free for it); behind more, it may
+#: wait another deadline or longer, and Prometheus may time out first.
 CONNECTION_DEADLINE_S: Final = 5.0
 
 _REFUSAL: Final = (
@@ -74,8 +76,9 @@ class _BoundedHTTPServer(HTTPServer):
         # Every accepted connection not yet closed, so a forked child can drop its copies.
         self._connections: set[socket.socket] = set()
         # The connections workers are serving -> when each must end (time.monotonic()),
-        # under _serving_lock, which a worker also holds to close one: the serving thread
-        # never shuts down a socket that is being closed.
+        # under _serving_lock. A worker removes its connection under the lock and closes
+        # it only after releasing it; the serving thread shuts down only connections still
+        # listed, under the lock, so never one that is being or has been closed.
         self._serving: dict[socket.socket, float] = {}
         self._serving_lock = threading.Lock()
         self.server_port = int(self.server_address[1])

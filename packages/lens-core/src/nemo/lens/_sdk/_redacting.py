@@ -8,11 +8,13 @@ bridge (a record's `extra`), a meter's caller.
 - Spans (`RedactingSpanExporter`): span, event and link attributes; the exception texts
   (`exception.message`, `exception.stacktrace`) and an ERROR status description pass
   `redact_text`, which hides the value of each `key=value` pair whose key is secret.
-- Logs (`RedactingLogExporter`): log record attributes, exception texts as for spans.
+- Logs (`RedactingLogExporter`): log record attributes, the mappings and lists among
+  their values included (`extra={"cfg": {"api_key": ...}}`), exception texts as for spans.
 - Metrics (`redact_collections`): point attributes, in what every collection returns, so
   push readers, Prometheus's pull reader and injected readers all see the same; two
   series that differ only in a secret value become one series, their points merged.
-- The resource is redacted once where it is built (`nemo.lens.resources`).
+- The resource (`redacted_resource`): once, where `nemo.lens._sdk._pipeline.build_resource`
+  builds it, after the SDK merged `OTEL_RESOURCE_ATTRIBUTES` in.
 
 The work runs at export, once per batch or collection, never on the recording path;
 anything with nothing to hide is handed on as the same object (no copy).
@@ -33,13 +35,14 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
     NumberDataPoint,
 )
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, Status, StatusCode
 
 from nemo.lens import _otel_internals
-from nemo.lens._redaction import DEFAULT_ENTRIES, REDACTED, matches, redact_text
+from nemo.lens._redaction import redact_text, redacted_mapping
 from nemo.lens._sdk._console import LogRecordExporter
 from nemo.lens._warn_once import WarnOnce
 
@@ -54,28 +57,34 @@ EXCEPTION_TEXT_KEYS: Final = frozenset({"exception.message", "exception.stacktra
 # --- attributes -------------------------------------------------------------------------------
 
 
-def redacted_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A copy of `attributes` with secret values redacted, or None when nothing changes."""
+def redacted_attributes(
+    attributes: Mapping[str, Any] | None, *, nested: bool = False
+) -> dict[str, Any] | None:
+    """A copy of `attributes` with secret values redacted, or None when nothing changes.
+
+    The key rule is `nemo.lens._redaction.redacted_mapping`'s (with `nested`, the
+    mappings and lists of a log record's values are searched too); the exception texts
+    pass `redact_text`.
+    """
     if not attributes:
         return None
-    changed: dict[str, Any] | None = None
-    # Keys only: reading every value through the SDK's mapping costs more than the rule.
-    for key in attributes:
-        if key in EXCEPTION_TEXT_KEYS:
-            value = attributes[key]
-            if not isinstance(value, str):
-                continue
-            hidden: Any = redact_text(value)
-        elif matches(key, DEFAULT_ENTRIES):
-            value = attributes[key]
-            hidden = REDACTED
-        else:
+    changed = redacted_mapping(attributes, nested=nested)
+    for key in EXCEPTION_TEXT_KEYS:
+        value = (attributes if changed is None else changed).get(key)
+        if not isinstance(value, str):
             continue
+        hidden = redact_text(value)
         if hidden != value:
             if changed is None:
                 changed = dict(attributes)
             changed[key] = hidden
     return changed
+
+
+def redacted_resource(resource: Resource) -> Resource:
+    """`resource` itself when no key is secret, else a copy with those values redacted."""
+    attributes = redacted_mapping(resource.attributes)
+    return resource if attributes is None else Resource(attributes, resource.schema_url)
 
 
 def _bounded(values: Mapping[str, Any], dropped: int, *, always: bool = False) -> Mapping[str, Any]:
@@ -200,7 +209,7 @@ class RedactingLogExporter(LogRecordExporter):  # type: ignore[misc]  # base cho
         for item in batch:
             try:
                 record = item.log_record
-                attributes = redacted_attributes(record.attributes)
+                attributes = redacted_attributes(record.attributes, nested=True)
                 if attributes is not None:
                     dropped = _dropped(record.attributes)
                     record.attributes = _bounded(attributes, dropped, always=True)

@@ -1,9 +1,15 @@
 """Applying the value length limits (`nemo.lens._value_limits`) and counting what they cut.
 
 Span attributes are cut by the SDK itself, through the `SpanLimits` lens gives the tracer
-provider (it cuts as a value is set, and says nothing). Log bodies are cut by no SDK
-release, and log record attributes by none before 1.3x, so lens cuts both on the way to
-the exporter (`LimitingLogExporter`, in the export thread: nothing on the logging call).
+provider (it cuts as a value is set, on the caller's thread). Newer API releases (1.45.1
+does) log a warning, "String attribute value exceeds max length of %d, truncating.", on
+the `opentelemetry.attributes` logger for EVERY value cut: a loop setting one long
+attribute a step would log one a step. So a pipeline with limits installs
+`TRUNCATION_RECORDS` on that logger (once per process, `nemo.lens._log_filters`), which
+drops those records and passes the logger's others; the cuts are still counted, below.
+Log bodies are cut by no SDK release, and log record attributes by none before 1.3x, so
+lens cuts both on the way to the exporter (`LimitingLogExporter`, in the export thread:
+nothing on the logging call).
 
 Each cut value adds 1 to the `nemo.lens.values.truncated` counter and to one warning at
 shutdown (`TruncationCount.report`), as `nemo.lens.spans.dropped` counts refused spans.
@@ -21,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from nemo.lens import _log_filters
 from nemo.lens._sdk._console import LogRecordExporter
 from nemo.lens._value_limits import ValueLimits
 from nemo.lens.version import __version__
@@ -35,6 +42,31 @@ _logger = logging.getLogger(__name__)
 TRUNCATED_VALUES_METRIC: Final = "nemo.lens.values.truncated"
 #: How deep a structured log body is searched for strings to cut.
 _MAX_DEPTH: Final = 8
+#: The logger OpenTelemetry's attribute cleaning warns on, for every value it cuts.
+ATTRIBUTES_LOGGER: Final = "opentelemetry.attributes"
+# What that warning's format string holds (1.45.1: "String attribute value exceeds max
+# length of %d, truncating."); test_value_limits.py notices a release that rewords it.
+_TRUNCATION_TEXT: Final = "exceeds max length"
+
+
+class _TruncationRecords(logging.Filter):
+    """Drops the attribute cleaning's "value exceeds max length" records (lens counts the
+    cuts and warns once at shutdown); passes the logger's other records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            return _TRUNCATION_TEXT not in str(record.msg)
+        except Exception:  # a filter must not raise into the SDK
+            return True
+
+
+#: The one filter lens installs on `ATTRIBUTES_LOGGER`.
+TRUNCATION_RECORDS: Final = _TruncationRecords()
+
+
+def bound_truncation_records() -> None:
+    """Install `TRUNCATION_RECORDS` on `ATTRIBUTES_LOGGER`, once per process."""
+    _log_filters.install_once(ATTRIBUTES_LOGGER, TRUNCATION_RECORDS)
 
 
 def build_span_limits(limits: ValueLimits) -> SpanLimits:

@@ -12,9 +12,11 @@ key the coalescing buffer uses too): where the SDK keeps `{"k": 1}` and `{"k": T
 apart, so does the limit.
 
 The limit counts per collection cycle where the SDK keeps a series only for one cycle
-(delta temporality: counters and histograms under
-`OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta`), as the specification says, and
-over the process's life otherwise (cumulative: the SDK keeps every series). A meter of
+(delta temporality, such as counters and histograms under
+`OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta`, on opentelemetry-sdk 1.45.2 and
+newer), as the specification says, and over the process's life otherwise: cumulative
+temporality, and releases before 1.45.2, which keep every delta series they saw too (a
+per-cycle count there would let memory grow by `limit` sets a collection). A meter of
 lens's pipeline tells which kinds are delta (`count_per_collection`), and each of that
 pipeline's collections starts a new cycle (`start_cycle`). Attribute sets recorded while a
 collection runs may count towards the next cycle: the cycle turns without a lock.

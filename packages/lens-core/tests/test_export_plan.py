@@ -138,18 +138,17 @@ def _doctor_destinations(environ: dict[str, str]) -> dict[str, Destination]:
     return found
 
 
-@pytest.mark.parametrize("logs", [True, False], ids=["logs-on", "logs-off"])
-@pytest.mark.parametrize("exporter", ["otlp", "console", "prometheus"])
-def test_doctor_and_setup_agree_on_every_signal_s_destination(
-    monkeypatch: pytest.MonkeyPatch, exporter: str, logs: bool
-) -> None:
-    """Every combination of OTEL_{TRACES,METRICS,LOGS}_EXPORTER (unset, none, each
-    exporter) and the OTLP endpoint variables, for this PREFIX_EXPORTER and logs setting:
-    the destinations doctor reports are exactly those setup builds."""
+#: The default run checks every SAMPLE_STRIDE-th combination (a stride coprime with each
+#: variable's count, so every value of each variable is met); the soak run checks all.
+SAMPLE_STRIDE = 7
+
+
+def _disagreements(
+    monkeypatch: pytest.MonkeyPatch, environments: list[dict[str, str]]
+) -> list[tuple[dict[str, str], dict[str, Destination], dict[str, Destination]]]:
+    """(environment, doctor's destinations, setup's) wherever the two differ."""
     disagreements = []
-    combinations = 0
-    for environ in _environments(exporter, logs):
-        combinations += 1
+    for environ in environments:
         with isolated_telemetry(), monkeypatch.context() as patch:
             for name in [name for name in os.environ if name.startswith(("OTEL_", PREFIX))]:
                 patch.delenv(name)
@@ -159,8 +158,33 @@ def test_doctor_and_setup_agree_on_every_signal_s_destination(
             setup = _setup_destinations(patch)
         if doctor != setup:
             disagreements.append((environ, doctor, setup))
-    assert combinations == 4 * 5 * 4 * len(ENDPOINTS)
-    assert disagreements == []
+    return disagreements
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("logs", [True, False], ids=["logs-on", "logs-off"])
+@pytest.mark.parametrize("exporter", ["otlp", "console", "prometheus"])
+def test_doctor_and_setup_agree_on_every_signal_s_destination(
+    monkeypatch: pytest.MonkeyPatch, exporter: str, logs: bool
+) -> None:
+    """Every combination of OTEL_{TRACES,METRICS,LOGS}_EXPORTER (unset, none, each
+    exporter) and the OTLP endpoint variables, for this PREFIX_EXPORTER and logs setting:
+    the destinations doctor reports are exactly those setup builds."""
+    environments = list(_environments(exporter, logs))
+    assert len(environments) == 4 * 5 * 4 * len(ENDPOINTS)
+    assert _disagreements(monkeypatch, environments) == []
+
+
+@pytest.mark.parametrize("logs", [True, False], ids=["logs-on", "logs-off"])
+@pytest.mark.parametrize("exporter", ["otlp", "console", "prometheus"])
+def test_doctor_and_setup_agree_on_a_sample_of_the_combinations(
+    monkeypatch: pytest.MonkeyPatch, exporter: str, logs: bool
+) -> None:
+    """The same check on every SAMPLE_STRIDE-th combination (the soak run checks all)."""
+    environments = list(_environments(exporter, logs))[::SAMPLE_STRIDE]
+    for variable in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER"):
+        assert len({environ.get(variable) for environ in environments}) >= 4, variable
+    assert _disagreements(monkeypatch, environments) == []
 
 
 def test_logs_beside_a_prometheus_pull_go_over_otlp_only_with_an_otlp_logs_endpoint() -> None:

@@ -213,7 +213,8 @@ def test_force_flush_and_shutdown_export_every_buffered_value() -> None:
 
 
 def test_a_forked_child_starts_empty_and_never_flushes_the_parent_values() -> None:
-    """A child has no buffer of its parent's, and the parent's pending value stays pending."""
+    """A child has no buffer of its parent's, and the parent's pending value stays pending;
+    what the child records reaches the parent's next collection beside it."""
     handle, reader = in_memory_setup(preferred_temporality=DELTA)
     try:
         record_metrics(handle.meter, GROUP, tokens=4)  # pending in the parent at the fork
@@ -222,7 +223,7 @@ def test_a_forked_child_starts_empty_and_never_flushes_the_parent_values() -> No
 
         def child() -> dict[str, Any]:
             inherited_buffer = _coalesce.buffer_for(handle.meter)
-            record_metrics(handle.meter, GROUP, tokens=100)  # a warned no-op here
+            record_metrics(handle.meter, GROUP, tokens=100)  # into the child's region
             inherited_collect = reader.get_metrics_data()
             # The parent's pending value was neither flushed nor added to here.
             still_pending = [
@@ -251,8 +252,9 @@ def test_a_forked_child_starts_empty_and_never_flushes_the_parent_values() -> No
             "own_values": [1],
             "still_pending": [4],
         }
-        # The parent's pending value is still the parent's, once.
-        assert values_of(reader.get_metrics_data(), "co.tokens") == [4]
+        # The parent's pending value is still the parent's, once, plus the child's 100.
+        assert values_of(reader.get_metrics_data(), "co.tokens") == [104]
+        assert values_of(reader.get_metrics_data(), "co.tokens") == []  # delta: no repeat
     finally:
         handle.shutdown()
 

@@ -1,4 +1,5 @@
-"""A forked child never records through its parent's SDK objects, whatever meter it uses.
+"""A forked child never records through its parent's SDK objects, whatever meter it uses,
+and what it records on them reaches the parent's pipeline all the same.
 
 Data-loader workers are forked while the parent's threads record and its periodic reader
 collects; an SDK lock held at that moment stays held in the child for good. These tests
@@ -11,6 +12,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,16 +53,18 @@ LOADER_SPECS = [
 
 
 class CountingExporter(MetricExporter):
-    """A real SDK exporter that only counts what it is given."""
+    """A real SDK exporter that counts what it is given and keeps the latest batch."""
 
     def __init__(self) -> None:
         super().__init__()
         self.exports = 0
+        self.latest: MetricsData | None = None
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
         self.exports += 1
+        self.latest = metrics_data
         return MetricExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
@@ -77,14 +81,19 @@ def _isolated() -> Iterator[None]:
 
 
 @pytest.fixture
-def busy_parent() -> Iterator[TelemetryHandle]:
+def busy_exporter() -> CountingExporter:
+    return CountingExporter()
+
+
+@pytest.fixture
+def busy_parent(busy_exporter: CountingExporter) -> Iterator[TelemetryHandle]:
     """An exporting setup with a 5 ms periodic reader and four threads recording nonstop.
 
     Without lens's fork rule, about 1 child in 20 of this parent hangs for good."""
     register_metric_group("loader", LOADER_SPECS)
     handle = setup_telemetry(
         NemoLensConfig(enabled=True, exporter="console", traces_enabled=False),
-        metric_reader=PeriodicExportingMetricReader(CountingExporter(), export_interval_millis=5),
+        metric_reader=PeriodicExportingMetricReader(busy_exporter, export_interval_millis=5),
     )
     stop = threading.Event()
 
@@ -148,21 +157,39 @@ def child_records_everywhere(handle: TelemetryHandle, index: int) -> dict[str, A
     # Every matrix cell forks 20 times; the soak session (once per CI run) forks 200.
     [pytest.param(20, id="20"), pytest.param(200, id="200", marks=pytest.mark.soak)],
 )
-def test_data_loader_forks_never_hang(busy_parent: TelemetryHandle, forks: int) -> None:
+def test_data_loader_forks_never_hang(
+    busy_parent: TelemetryHandle, busy_exporter: CountingExporter, forks: int
+) -> None:
     """Children forked mid-recording record a fresh group on handle.meter and on global
-    meters without hanging; each is a warned no-op (the parent's locks may be held)."""
+    meters without hanging and without a warning, and the parent's exports carry every
+    child's values (the parent's locks may be held, so none goes through the SDK there)."""
     for index in range(forks):
         report = in_child(functools.partial(child_records_everywhere, busy_parent, index))
-        assert report["no_op_global"] == "NoOpMeter"
-        assert any(
-            "forked from one that had this meter's provider" in m for m in report["messages"]
-        )
+        assert report["no_op_global"] == "ParentsMeter"
+        assert report["messages"] == []
     record_metrics(busy_parent.meter, "loader", batches=1)  # the parent records on, unharmed
+    exporter = busy_exporter
+    exported = exporter.exports
+    deadline = time.monotonic() + 10
+    while exporter.exports < exported + 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # two more 5 ms exports: the last one began after every child ended
+    assert exporter.latest is not None
+    totals: dict[str, Any] = {}
+    point: Any
+    for resource_metrics in exporter.latest.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                if metric.name.startswith("worker.items."):
+                    for point in metric.data.data_points:
+                        totals[metric.name] = totals.get(metric.name, 0) + point.value
+    # One add on each of the child's three meters: handle.meter, the global provider's
+    # and nemo.lens.get_meter()'s.
+    assert totals == {f"worker.items.{index}": 3 for index in range(forks)}
 
 
 def test_a_child_that_sets_up_records_into_its_own_pipeline(busy_parent: TelemetryHandle) -> None:
     """After setup_telemetry in the child, its handle and nemo.lens.get_meter() record
-    there, while the inherited handle.meter stays a no-op."""
+    there, while the inherited handle.meter still reports to the parent."""
 
     def child() -> dict[str, Any]:
         reader = InMemoryMetricReader()
@@ -173,7 +200,7 @@ def test_a_child_that_sets_up_records_into_its_own_pipeline(busy_parent: Telemet
         register_metric_group("mine", [MetricSpec("items", "mine.items", "counter")])
         record_metrics(own.meter, "mine", items=2)
         record_metrics(nemo.lens.get_meter("mine.scope"), "mine", items=3)
-        record_metrics(busy_parent.meter, "mine", items=100)  # inherited: skipped
+        record_metrics(busy_parent.meter, "mine", items=100)  # inherited: the parent's
         data = reader.get_metrics_data()
         assert data is not None
         points = [
@@ -190,13 +217,15 @@ def test_a_child_that_sets_up_records_into_its_own_pipeline(busy_parent: Telemet
     assert in_child(child) == {"points": [2, 3]}
 
 
-def test_get_meter_in_a_child_without_setup_is_a_warned_no_op(
+def test_get_meter_in_a_child_without_setup_reports_to_the_parent(
     busy_parent: TelemetryHandle,
 ) -> None:
-    """nemo.lens.get_meter() in a child of an exporting parent gives a no-op meter, once
-    warned, instead of a meter of the inherited global provider."""
+    """nemo.lens.get_meter() in a child of an exporting parent gives a meter whose own
+    instruments are no-ops (never the inherited global provider's) and through which
+    record_metrics reports to the parent, unwarned; in a grandchild, whose values no
+    pipeline takes, it warns once."""
 
-    def child() -> dict[str, Any]:
+    def kinds_and_warnings() -> dict[str, Any]:
         messages: list[str] = []
 
         class Collect(logging.Handler):
@@ -204,11 +233,21 @@ def test_get_meter_in_a_child_without_setup_is_a_warned_no_op(
                 messages.append(record.getMessage())
 
         logging.getLogger("nemo.lens").addHandler(Collect())
-        kinds = {type(nemo.lens.get_meter(name)).__name__ for name in ("a", "b", "c")}
-        return {"kinds": sorted(kinds), "warnings": len(messages)}
+        meters = [nemo.lens.get_meter(name) for name in ("a", "b", "c")]
+        meters[0].create_counter("direct").add(1)  # a no-op, not the inherited SDK's
+        return {
+            "kinds": sorted({type(meter).__name__ for meter in meters}),
+            "warnings": len(messages),
+        }
 
-    assert in_child(child) == {"kinds": ["NoOpMeter"], "warnings": 1}
-    assert type(nemo.lens.get_meter()).__name__ != "NoOpMeter"  # the parent is unaffected
+    def child() -> dict[str, Any]:
+        return {"child": kinds_and_warnings(), "grandchild": in_child(kinds_and_warnings)}
+
+    assert in_child(child) == {
+        "child": {"kinds": ["ParentsMeter"], "warnings": 0},
+        "grandchild": {"kinds": ["ParentsMeter"], "warnings": 1},
+    }
+    assert type(nemo.lens.get_meter()).__name__ != "ParentsMeter"  # the parent is unaffected
 
 
 def test_the_inherited_handle_never_calls_into_the_parents_providers(

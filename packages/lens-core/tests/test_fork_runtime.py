@@ -1,4 +1,5 @@
-"""Forking a process with telemetry running: the child never deadlocks and exports nothing.
+"""Forking a process with telemetry running: the child never deadlocks and exports nothing
+itself (what it records, its parent exports).
 
 Every test forks for real. The child reports back through a pipe and always leaves with
 `os._exit`; a child that does not answer within the bound is killed and the test fails.
@@ -93,7 +94,8 @@ def periodic_setup(
 
 
 def test_child_exports_nothing_while_the_parent_keeps_exporting() -> None:
-    """With the periodic reader running, a child's flushes and ticks export nothing."""
+    """With the periodic reader running, a child's flushes and ticks export nothing; its
+    values reach the parent's exports instead, once."""
     metric_exporter = RecordingMetricExporter()
     span_exporter = RecordingSpanExporter()
     handle = periodic_setup(metric_exporter, span_exporter)
@@ -125,9 +127,10 @@ def test_child_exports_nothing_while_the_parent_keeps_exporting() -> None:
     assert report == {"new_metric_batches": 0, "new_spans": 0, "reader_thread_alive": True}
     record_metrics(handle.meter, "fork", steps=2)
     assert handle.force_flush()
-    # Cumulative and monotonic: 7 is the parent's 5 + 2; the child's increment never arrived.
-    # (max, because the reader thread may export an older collection after the flush.)
-    assert max(total(metric_exporter.batches, "fork.steps")) == 7
+    # Cumulative and monotonic: 8 is the parent's 5 + 2 and the child's 1, which the
+    # parent exported (the child itself sent no batch). (max, because the reader thread
+    # may export an older collection after the flush.)
+    assert max(total(metric_exporter.batches, "fork.steps")) == 8
     handle.shutdown()
     assert [span.name for span in span_exporter.spans] == ["parent-span"]
 

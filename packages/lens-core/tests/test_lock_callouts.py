@@ -203,6 +203,12 @@ _WALKED: dict[tuple[str, str], Callable[[], list[object]]] = {
     ("_log_filters.py", "_lock"): _module_lock("_log_filters", "_lock"),
     ("resources.py", "_lock"): _module_lock("resources", "_gpu_count_memory", "_lock"),
     ("_sdk/_span_queue.py", "_lock"): _span_queue_locks,
+    ("instruments/_forked_children.py", "_lock"): _module_lock(
+        "instruments._forked_children", "_lock"
+    ),
+    ("instruments/_shared_series.py", "_lock"): _module_lock(
+        "instruments._forked_children", "_writer", "_lock"
+    ),
 }
 _NOT_WALKED: dict[tuple[str, str], str] = {
     ("instruments/_coalesce.py", "_flush_lock"): (
@@ -229,6 +235,11 @@ _NOT_WALKED: dict[tuple[str, str], str] = {
     ("_sdk/_console.py", "_lock"): "another module's owner reviews it",
     ("_sdk/_console.py", "_process_lock"): "another module's owner reviews it",
     ("_shutdown.py", "claim"): "another module's owner reviews it",
+    ("_sdk/_children_metrics.py", "_lock"): (
+        "one merge of a reader's collection at a time: held while the collected points "
+        "are rebuilt with the children's (SDK data classes only); its warnings are logged "
+        "after it is released"
+    ),
     ("_fork_hooks.py", "hold_lock"): "not a lock: the default factory of a child's lock",
 }
 

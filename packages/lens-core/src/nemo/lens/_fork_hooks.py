@@ -36,6 +36,8 @@ FORK_ORDER: Final = (
     "export strategy lock",
     # Attribute reads only: which providers the child must not record through.
     "inherited meters",
+    # Makes the shared region the child records into (no lock before the fork).
+    "forked children's metrics",
     # Child-only hooks: nothing here takes a lock.
     "setup guard",
     "inherited instruments",

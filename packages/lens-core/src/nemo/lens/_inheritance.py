@@ -6,8 +6,10 @@ the child for good. So in a child lens never records through a meter whose provi
 existed in the parent. It cannot ask a meter which process made it, so before every fork
 it notes every provider the child could reach: the ones lens built, the global one, and
 those of every meter lens has recorded on. A meter of one of those is "inherited":
-`record_metrics` skips it with one warning, and `nemo.lens.get_meter()` returns the meter of
-the child's own setup (or a no-op meter) instead of one from the inherited global provider.
+`record_metrics` writes its values into the child's shared region instead, for the parent
+to export (`nemo.lens.instruments._forked_children`), and `nemo.lens.get_meter()` returns
+the meter of the child's own setup, or before one a `ParentsMeter`, instead of one from
+the inherited global provider.
 
 A provider is known by its measurement consumer, the object its meters share (the one
 thing a meter keeps of its provider; see `nemo.lens._otel_internals`).
@@ -24,6 +26,7 @@ from opentelemetry import metrics
 from nemo.lens import _fork_hooks, _otel_internals
 from nemo.lens._process import BuiltHere
 from nemo.lens._warn_once import WarnOnce
+from nemo.lens.instruments import _forked_children
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "nemo.lens.get_meter")
@@ -77,11 +80,28 @@ def inherited_a_pipeline() -> bool:
     return _inherited_pipeline
 
 
+class ParentsMeter(metrics.NoOpMeter):
+    """`nemo.lens.get_meter()` in a forked child before its own setup: the instruments
+    created on it are no-ops (the inherited provider is never called), while
+    `record_metrics` on it reports to the parent's pipeline, as on the parent's meters."""
+
+    def __init__(self, name: str, parents_consumer: object) -> None:
+        super().__init__(name)
+        self.parents_consumer = parents_consumer
+
+
+def consumer_of(meter: object) -> Any:
+    """The measurement consumer `meter` records into (its provider's), or None."""
+    if type(meter) is ParentsMeter:
+        return meter.parents_consumer
+    return _otel_internals.meter_consumer(meter)
+
+
 def is_inherited_meter(meter: object) -> bool:
     """True when `meter` belongs to a provider this process inherited from its parent."""
     if not _inherited_consumers:  # every process that never forked from an exporting one
         return False
-    consumer = _otel_internals.meter_consumer(meter)
+    consumer = consumer_of(meter)
     return consumer is not None and consumer in _inherited_consumers
 
 
@@ -103,21 +123,25 @@ def global_provider_is_inherited() -> bool:
 
 def meter_instead_of_global(name: str) -> metrics.Meter | None:
     """None where the global meter provider may be used; in a child that inherited it, the
-    meter of this process's own setup, or a no-op meter (with one warning) before one."""
+    meter of this process's own setup, or a `ParentsMeter` before one (with one warning
+    where the parent's pipeline does not take this child's values)."""
     if not global_provider_is_inherited():
         return None
     own = own_meter_provider()
     if own is not None:
         meter: metrics.Meter = own.get_meter(name)
         return meter
-    _warnings.warn(
-        "no own provider",
-        "nemo.lens.get_meter(%r): this process was forked from one whose global meter "
-        "provider it inherited, which a child never records through (its locks may be "
-        "held for good); returning a no-op meter. Call setup_telemetry in the child.",
-        name,
-    )
-    return metrics.NoOpMeter(name)
+    consumer = _otel_internals.provider_consumer(_otel_internals.global_meter_provider())
+    if not _forked_children.reports_to_parent(consumer):
+        _warnings.warn(
+            "no own provider",
+            "nemo.lens.get_meter(%r): this process was forked from one whose global meter "
+            "provider it inherited, which a child never records through (its locks may be "
+            "held for good), and that provider's pipeline does not take this process's "
+            "values; returning a no-op meter. Call setup_telemetry in the child.",
+            name,
+        )
+    return ParentsMeter(name, consumer)
 
 
 def _snapshot_before_fork() -> None:

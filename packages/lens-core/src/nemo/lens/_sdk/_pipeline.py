@@ -33,7 +33,14 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from nemo.lens import _inheritance, _otel_env, _otel_internals, _shutdown, _value_limits, resources
 from nemo.lens._process import BuiltHere
-from nemo.lens._sdk import _coalescing, _exporters, _fork, _logging, _redacting
+from nemo.lens._sdk import (
+    _children_metrics,
+    _coalescing,
+    _exporters,
+    _fork,
+    _logging,
+    _redacting,
+)
 from nemo.lens._sdk._ids import build_id_generator
 from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
 from nemo.lens._sdk._sampling import build_sampler
@@ -231,7 +238,10 @@ def build_pipeline(
             if not isinstance(reader, PeriodicExportingMetricReader):
                 pipeline.readers_to_flush.append(reader)
             _coalescing.coalesce_recording(pipeline.meter_provider, [reader], pipeline.built)
-            _redacting.redact_collections(reader)  # after the fork gate: what it returns
+            _children_metrics.merge_children(
+                reader, pipeline.meter_provider, resource, pipeline.on_shutdown
+            )
+            _redacting.redact_collections(reader)  # last: what the children add is covered
         traces_plan = plan.get("traces")
         if traces_plan is not None:
             exporter = span_exporter

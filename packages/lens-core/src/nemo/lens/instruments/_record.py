@@ -27,7 +27,14 @@ from nemo.lens._attributes import (
     is_encodable,
 )
 from nemo.lens._otel_internals import ProxyMeter, real_meter_of
-from nemo.lens.instruments import _cardinality, _coalesce, _finished, _registry, _series
+from nemo.lens.instruments import (
+    _cardinality,
+    _coalesce,
+    _finished,
+    _forked_children,
+    _registry,
+    _series,
+)
 from nemo.lens.instruments._registry import GROUPS, UNREGISTERED, Emitter, MeterCache, MetricGroup
 from nemo.lens.instruments._spec import (
     METRIC_KINDS,
@@ -114,7 +121,7 @@ def record_metrics(
                     emitters = cache.bounded
                     bounded = True
                     attributes = _series.keyed(attributes)
-                elif cache.buffer is not None:
+                elif cache.buffer is not None or cache.child:
                     attributes = _series.keyed(attributes)
         for key, value in items.items():
             try:
@@ -296,16 +303,7 @@ def _create_emitter(
             )
         return None
     if cache.inherited:
-        state.warnings.warn(
-            ("inherited", type(meter).__qualname__),
-            "record_metrics: this process was forked from one that had this meter's "
-            "provider, so group %r is not recorded on it here: a child never records "
-            "through its parent's SDK objects (their locks may be held for good, and they "
-            "export nothing from here). Call setup_telemetry in the child and record "
-            "through its handle.",
-            state.name,
-        )
-        return None
+        return _child_emitter(state, cache, meter, spec)
     if cache.finished:
         state.warnings.warn(
             ("finished", type(meter).__qualname__),
@@ -368,6 +366,35 @@ def _create_emitter(
             type(error).__name__,
             error,
         )
+    return entry
+
+
+def _child_emitter(
+    state: MetricGroup, cache: MeterCache, meter: Any, spec: MetricSpec
+) -> Emitter | None:
+    """In a forked child, the entry recording `spec` on `meter`, a meter of the parent's
+    pipeline, into this child's shared region (no SDK call: see `_forked_children`)."""
+    with _registry.lock:
+        entry = cache.emitters.get(spec.key)
+    if entry is not None:
+        return entry
+    record = _forked_children.child_recorder(_inheritance.consumer_of(meter), meter, spec)
+    if record is None:
+        state.warnings.warn(
+            ("inherited", type(meter).__qualname__),
+            "record_metrics: this process was forked from one that had this meter's "
+            "provider, and that provider's pipeline does not take this process's values "
+            "(it was not built by this process's parent, or it is shut down), so group %r "
+            "is not recorded on it here: a child never records through its parent's SDK "
+            "objects. Call setup_telemetry in this process and record through its handle.",
+            state.name,
+        )
+        return None
+    with _registry.lock:
+        entry = cache.emitters.get(spec.key)
+        if entry is None and not cache.finished:
+            entry = cache.emitters[spec.key] = _emitter(state, spec, record)
+            cache.child = True
     return entry
 
 

@@ -31,7 +31,16 @@ Emitter: TypeAlias = tuple[Callable[..., object], Callable[..., object], int]
 class MeterCache:
     """The instruments one group has created on one meter, which it holds weakly."""
 
-    __slots__ = ("bounded", "buffer", "emitters", "failed", "finished", "inherited", "ref")
+    __slots__ = (
+        "bounded",
+        "buffer",
+        "child",
+        "emitters",
+        "failed",
+        "finished",
+        "inherited",
+        "ref",
+    )
 
     def __init__(self, ref: Any) -> None:
         self.ref = ref
@@ -53,6 +62,9 @@ class MeterCache:
         #: Where this meter's gauges and sums are buffered until a collection (a meter of
         #: a provider lens's pipeline built), or None: recorded directly.
         self.buffer: CoalescingBuffer | None = None
+        #: True in a forked child once this (inherited) meter records into the child's
+        #: shared region (see `nemo.lens.instruments._forked_children`).
+        self.child = False
 
 
 class MetricGroup:
@@ -92,6 +104,7 @@ def _drop_inherited_instruments() -> None:
             cache.bounded = {}
             cache.inherited = True
             cache.buffer = None
+            cache.child = False
 
 
 _fork_hooks.register("inherited instruments", after_in_child=_drop_inherited_instruments)

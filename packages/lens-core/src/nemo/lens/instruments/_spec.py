@@ -24,6 +24,14 @@ METRIC_KINDS: Final[dict[str, tuple[str, str]]] = {
 NON_NEGATIVE_KINDS: Final = frozenset({"counter", "histogram"})
 #: Kinds the SDK sums (so an int sum can outgrow int64).
 SUM_KINDS: Final = frozenset({"counter", "up_down_counter"})
+#: How a gauge's values from a process and its forked children become one value: the most
+#: recently set, the largest, the smallest, or their sum.
+GAUGE_MODES: Final = ("last", "max", "min", "sum")
+#: The boundaries the SDK buckets a histogram by when its spec gives none.
+SDK_DEFAULT_BUCKETS: Final = (
+    0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0,
+    7500.0, 10000.0,
+)  # fmt: skip
 
 # The OpenTelemetry instrument-name syntax: an ASCII letter, then up to 254 letters,
 # digits, "_", ".", "-" or "/".
@@ -48,6 +56,10 @@ class MetricSpec:
             floats. `None` (the default) leaves the SDK's default boundaries. lens passes
             them as the OpenTelemetry API's advisory boundaries where the installed release
             has them, and otherwise as an SDK view in `setup_telemetry`'s pipeline.
+        multiprocess: Gauges only, keyword only: how the values a process and the
+            children forked from it set on one series become the one value its pipeline
+            exports: `"last"` (the most recently set; `None`, the default, means this),
+            `"max"`, `"min"` or `"sum"` (each process's latest value counts once).
 
     Raises:
         TypeError: A field is not a `str`.
@@ -61,6 +73,7 @@ class MetricSpec:
     unit: str = ""
     description: str = ""
     buckets: Sequence[float] | None = field(default=None, kw_only=True)
+    multiprocess: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         for field_name in ("key", "name", "kind", "unit", "description"):
@@ -101,9 +114,24 @@ class MetricSpec:
                 f"MetricSpec.unit {self.unit!r} is not accepted: it must be ASCII and at most "
                 f"{_MAX_UNIT_LENGTH} characters (empty is fine)"
             )
+        if self.multiprocess is not None:
+            _check_gauge_mode(self.kind, self.multiprocess)
         if self.buckets is not None:
             # Frozen: the validated tuple replaces whatever sequence was passed.
             object.__setattr__(self, "buckets", _validated_buckets(self.kind, self.buckets))
+
+
+def _check_gauge_mode(kind: str, mode: object) -> None:
+    if kind != "gauge":
+        raise LensValueError(
+            f"MetricSpec.multiprocess is only accepted for kind 'gauge', got kind {kind!r}; "
+            "counters, up-down counters and histograms from forked children always add up"
+        )
+    if mode not in GAUGE_MODES:
+        raise LensValueError(
+            f"MetricSpec.multiprocess {_short_repr(mode)} is not accepted; use one of "
+            f"{list(GAUGE_MODES)} (or None for 'last')"
+        )
 
 
 def _validated_buckets(kind: str, buckets: object) -> tuple[float, ...]:

@@ -1,0 +1,329 @@
+"""Metrics from forked children: each child's series reach the pipeline of its parent.
+
+A process whose setup exports metrics makes, just before each `fork()`, one shared region
+for the child to come (`_shared_series`). In the child, `record_metrics` on a meter of
+that pipeline (which the child never records through: see `nemo.lens._inheritance`)
+writes each value into the region instead: a counter's sum, a gauge's last value, a
+histogram's count, sum, min, max and buckets, per series. At each collection the parent
+reads every child's region and its pipeline exports those series as its own
+(`nemo.lens._sdk._children_metrics`), so nothing is configured in the child, and what a
+child recorded is kept the moment `record_metrics` returns, however the child ends.
+
+A child that has ended is folded: its final values join the parent's folded totals and
+its region is released. The parent tells that a child ended by asking the kernel about
+its own child (`waitid` with `WNOWAIT`, which leaves the exit status to whoever waits),
+so no child need say goodbye. The parent's `shutdown` releases every region.
+
+Only the direct children of the process that built the pipeline report; a child of a
+child records nothing through the inherited meters (as before: one warning), since its
+region would be its parent's, which exports nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nemo.lens import _fork_hooks
+from nemo.lens._process import BuiltHere
+from nemo.lens.instruments._series import typed_series_key
+from nemo.lens.instruments._shared_series import (
+    InstrumentMeta,
+    RegionReader,
+    RegionWriter,
+    SlotInfo,
+    new_region,
+    region_creator,
+)
+from nemo.lens.instruments._spec import SDK_DEFAULT_BUCKETS, MetricSpec
+
+#: A series across processes: (pipeline, scope, instrument name, kind, attribute key).
+SeriesId = tuple[int, tuple[str, str | None, str | None], str, str, frozenset[Any]]
+
+
+@dataclass
+class SeriesTotal:
+    """One series summed over a pipeline's children, live and ended.
+
+    `values` is per kind: sums `(total,)`; gauges `(value, set_at)` combined by the mode;
+    histograms `(count, sum, min, max, buckets)`. `updates` counts every write.
+    """
+
+    meta: InstrumentMeta
+    attributes: dict[str, Any]
+    updates: int
+    values: tuple[Any, ...]
+
+
+@dataclass
+class _Child:
+    reader: RegionReader
+    #: Each series it published, with its snapshot at the last read (an ended child's
+    #: final one).
+    last: dict[SeriesId, tuple[SlotInfo, tuple[Any, ...]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Pipeline:
+    consumer: weakref.ReferenceType[Any]
+    built: BuiltHere
+
+
+# Pipelines whose children report, by token (the token travels in each slot's meta).
+_pipelines: dict[int, _Pipeline] = {}
+_next_token = 0
+# The region made for the child a fork in progress creates.
+_region_for_next_child: Any = None
+# In the parent: one per child forked since a pipeline accepted children, until folded.
+_children: list[_Child] = []
+# Ended children's series, summed: id -> SeriesTotal.
+_folded: dict[SeriesId, SeriesTotal] = {}
+# Series ended children could not keep (one mutable cell: no `global` in the folding).
+_dropped = [0]
+# Guards `_children` and `_folded` (collections run on reader threads; fork() appends).
+# Pure dict and list work under it: no logging, no SDK call.
+_lock = threading.Lock()
+# In a child: its region's writer, and the pid of the parent that reads it.
+_writer: RegionWriter | None = None
+_reader_pid = 0
+
+
+def accept_children(consumer: object) -> int:
+    """Make the children forked from now on report to the pipeline of measurement consumer
+    `consumer` (built in this process); return the pipeline's token."""
+    global _next_token
+    _next_token += 1
+    _pipelines[_next_token] = _Pipeline(weakref.ref(consumer), BuiltHere())
+    return _next_token
+
+
+def stop_accepting(token: int) -> None:
+    """The pipeline `token` is shut down: forget it, and every region once none is left."""
+    _pipelines.pop(token, None)
+    if any(pipeline.built.here() for pipeline in _pipelines.values()):
+        return
+    with _lock:
+        children = list(_children)
+        _children.clear()
+        _folded.clear()
+        _dropped[0] = 0
+    for child in children:
+        child.reader.release()
+
+
+def reports_to_parent(consumer: object) -> bool:
+    """True in a forked child whose parent's pipeline of measurement consumer `consumer`
+    takes its values."""
+    return _writer is not None and _token_of(consumer) is not None
+
+
+def child_recorder(consumer: object, meter: object, spec: MetricSpec) -> Callable[..., None] | None:
+    """In a forked child, the record method that writes `spec`'s values on `meter` (which
+    records into `consumer`, of the parent's pipeline) into this child's region; None
+    where it cannot report."""
+    if _writer is None:
+        return None
+    token = _token_of(consumer)
+    if token is None:
+        return None
+    bounds = None
+    if spec.kind == "histogram":
+        bounds = tuple(spec.buckets) if spec.buckets is not None else SDK_DEFAULT_BUCKETS
+    meta = InstrumentMeta(
+        pipeline=token,
+        scope=_scope_of(meter),
+        name=spec.name,
+        kind=spec.kind,
+        unit=spec.unit,
+        description=spec.description,
+        bounds=bounds,
+        gauge_mode=(spec.multiprocess or "last") if spec.kind == "gauge" else None,
+    )
+    return _writer.instrument(meta)
+
+
+def _token_of(consumer: object) -> int | None:
+    if consumer is None:
+        return None
+    for token, pipeline in _pipelines.items():
+        if pipeline.consumer() is consumer and pipeline.built.pid == _reader_pid:
+            return token
+    return None
+
+
+def _scope_of(meter: object) -> tuple[str, str | None, str | None]:
+    return (
+        str(getattr(meter, "name", "")),
+        getattr(meter, "version", None),
+        getattr(meter, "schema_url", None),
+    )
+
+
+def collect(token: int) -> dict[SeriesId, SeriesTotal]:
+    """Every series the children of pipeline `token` recorded, summed over them (the
+    ended ones' folded in), read now; children found ended are folded and released."""
+    with _lock:
+        ended = _ended_children()
+        totals: dict[SeriesId, SeriesTotal] = {
+            series_id: _copy(total) for series_id, total in _folded.items() if series_id[0] == token
+        }
+        for child in _children:
+            for series_id, (slot, snapshot) in _read(child).items():
+                if series_id[0] == token:
+                    _add(totals, series_id, slot, snapshot)
+        for child in ended:
+            _children.remove(child)
+            _dropped[0] += child.reader.dropped_series
+            for series_id, (slot, snapshot) in child.last.items():
+                _add(_folded, series_id, slot, snapshot)
+    for child in ended:
+        child.reader.release()
+    return totals
+
+
+def dropped_series() -> int:
+    """Series this process's children could not keep (their region was full), so far."""
+    with _lock:
+        return _dropped[0] + sum(child.reader.dropped_series for child in _children)
+
+
+def _read(child: _Child) -> dict[SeriesId, tuple[SlotInfo, tuple[Any, ...]]]:
+    reader = child.reader
+    for slot in reader.refresh():
+        meta = slot.meta
+        # Keyed by value and type, as the data model has series (1 and True are two).
+        key = typed_series_key(slot.attributes)
+        child.last[(meta.pipeline, meta.scope, meta.name, meta.kind, key)] = (
+            slot,
+            reader.read(slot),
+        )
+    return child.last
+
+
+def _ended_children() -> list[_Child]:
+    """The children that have ended (their regions no longer change), oldest first.
+
+    A pid a newer child carries again (the kernel reused it) marks the older child ended.
+    """
+    newest_with_pid: dict[int, _Child] = {}
+    for child in _children:
+        pid = child.reader.writer_pid
+        if pid:
+            newest_with_pid[pid] = child
+    ended = []
+    for child in _children:
+        pid = child.reader.writer_pid
+        if pid and (newest_with_pid[pid] is not child or _has_ended(pid)):
+            _read(child)  # its final values
+            ended.append(child)
+    return ended
+
+
+def _has_ended(pid: int) -> bool:
+    """True once child `pid` of this process has exited (its status stays for `wait`)."""
+    try:
+        status = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # already waited for, or SIGCHLD ignored: gone
+        return True
+    except OSError:
+        return False
+    return status is not None
+
+
+def _copy(total: SeriesTotal) -> SeriesTotal:
+    return SeriesTotal(total.meta, total.attributes, total.updates, total.values)
+
+
+def _add(
+    totals: dict[SeriesId, SeriesTotal],
+    series_id: SeriesId,
+    slot: SlotInfo,
+    snapshot: tuple[Any, ...],
+) -> None:
+    updates, *values = snapshot
+    if not updates:
+        return
+    known = totals.get(series_id)
+    if known is None:
+        totals[series_id] = SeriesTotal(slot.meta, slot.attributes, updates, tuple(values))
+        return
+    known.updates += updates
+    known.values = combine(slot.meta, known.values, tuple(values))
+
+
+def combine(
+    meta: InstrumentMeta, first: tuple[Any, ...], second: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """Two processes' values of one series as one (each kind's rule; see `SeriesTotal`)."""
+    if meta.kind == "histogram":
+        count, total, low, high, buckets = first
+        other_count, other_total, other_low, other_high, other_buckets = second
+        return (
+            count + other_count,
+            total + other_total,
+            min(low, other_low),
+            max(high, other_high),
+            tuple(a + b for a, b in zip(buckets, other_buckets, strict=True)),
+        )
+    if meta.kind == "gauge":
+        return combine_gauges(meta.gauge_mode or "last", [first, second])
+    return (first[0] + second[0],)
+
+
+def combine_gauges(mode: str, values: Iterable[tuple[Any, int]]) -> tuple[Any, int]:
+    """(value, set_at) pairs of one gauge series as one pair, by `mode` (see GAUGE_MODES)."""
+    pairs = list(values)
+    newest = max(set_at for _, set_at in pairs)
+    if mode == "max":
+        return (max(value for value, _ in pairs), newest)
+    if mode == "min":
+        return (min(value for value, _ in pairs), newest)
+    if mode == "sum":
+        return (sum(value for value, _ in pairs), newest)
+    return max(pairs, key=lambda pair: pair[1])
+
+
+def _before_fork() -> None:
+    global _region_for_next_child
+    _region_for_next_child = None
+    if any(pipeline.built.here() for pipeline in _pipelines.values()):
+        try:
+            _region_for_next_child = new_region(os.getpid())
+        except (OSError, ValueError):  # no memory for it: this child records nothing
+            _region_for_next_child = None
+
+
+def _after_fork_in_parent() -> None:
+    global _region_for_next_child
+    region, _region_for_next_child = _region_for_next_child, None
+    if region is not None:
+        with _lock:
+            _children.append(_Child(RegionReader(region)))
+
+
+def _after_fork_in_child() -> None:
+    global _region_for_next_child, _writer, _lock, _children, _folded, _dropped, _reader_pid
+    region, _region_for_next_child = _region_for_next_child, None
+    # The parent's readers of its other children are the parent's (a collection may have
+    # held the lock at the fork).
+    _lock = threading.Lock()
+    _children = []
+    _folded = {}
+    _dropped = [0]
+    _writer = None
+    _reader_pid = 0
+    if region is not None:
+        _writer = RegionWriter(region)
+        _reader_pid = region_creator(region)
+
+
+_fork_hooks.register(
+    "forked children's metrics",
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)

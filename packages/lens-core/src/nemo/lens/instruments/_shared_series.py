@@ -1,0 +1,377 @@
+"""One forked child's series in memory its parent shares: the child writes, the parent reads.
+
+The region is an anonymous shared mapping the parent makes just before the fork
+(`nemo.lens.instruments._forked_children`), so what the child writes is in the parent's
+memory the moment it is written: nothing is lost when the child ends through `os._exit`
+or is killed, nothing is ever on disk, and the kernel frees the pages once both processes
+let go of them.
+
+Layout, in 8-byte words (`int64` or `float64` by field; x86-64 and arm64 store an aligned
+word at once):
+
+    header  MAGIC, creator pid, writer pid, end (first free word), dropped series
+    slot    words in the slot, meta bytes, meta (JSON, padded to a word), fields
+
+A slot is one series of one instrument: its fields hold the series' running state, so the
+region grows with series, never with records. The child appends a slot whole, then
+publishes it by moving `end`; the parent reads only up to `end`. Each slot's first field
+is a sequence number the child makes odd while it updates the fields and even after (a
+seqlock): the parent retries a read that saw it odd or changing, so it never takes half
+an update. Only one writer exists (the child, under its own lock); the parent never
+writes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from nemo.lens.instruments._series import SeriesAttributes, series_key
+
+#: Bytes reserved per child. Virtual: the kernel backs only the pages a child writes.
+REGION_BYTES: Final = 4 * 1024 * 1024
+MAGIC: Final = 0x4C454E535345_0001  # "LENSSE", layout 1
+
+# Header words.
+_MAGIC, _CREATOR, _WRITER, _END, _DROPPED = range(5)
+HEADER_WORDS: Final = 8
+
+# Field layouts (offsets from a slot's first field, which is the sequence number).
+_SEQ = 0
+# counter, up_down_counter: the int part, the float part, 1 once a float was added
+_INT_SUM, _FLOAT_SUM, _HAD_FLOAT = 1, 2, 3
+# gauge: the value, 1 when it is an int, its time (CLOCK_MONOTONIC ns, one clock per host)
+_VALUE, _IS_INT, _SET_AT = 1, 2, 3
+# histogram: count, sum, min, max, then one count per bucket
+_COUNT, _SUM, _MIN, _MAX, _BUCKETS = 1, 2, 3, 4, 5
+
+_FIELD_WORDS: Final = {"counter": 4, "up_down_counter": 4, "gauge": 4}
+#: How many times the parent re-reads a slot it saw mid-update before taking it as is (a
+#: child killed inside an update never finishes it).
+_READ_ATTEMPTS: Final = 100
+
+_NO_ATTRIBUTES: Final[frozenset[Any]] = frozenset()
+
+
+def new_region(creator_pid: int) -> mmap.mmap:
+    """A zeroed region, shared with every child forked after this call."""
+    region = mmap.mmap(-1, REGION_BYTES)
+    words = memoryview(region).cast("q")
+    words[_MAGIC] = MAGIC
+    words[_CREATOR] = creator_pid
+    words[_END] = HEADER_WORDS
+    words.release()
+    return region
+
+
+def region_creator(region: mmap.mmap) -> int:
+    """The pid of the process that made `region` (the one that reads it)."""
+    with memoryview(region).cast("q") as words:
+        return int(words[_CREATOR])
+
+
+@dataclass(frozen=True)
+class InstrumentMeta:
+    """What the parent needs to export a child's series as its own instrument's."""
+
+    pipeline: int
+    scope: tuple[str, str | None, str | None]
+    name: str
+    kind: str
+    unit: str
+    description: str
+    bounds: tuple[float, ...] | None
+    gauge_mode: str | None
+
+
+class RegionWriter:
+    """The child's side of its region. Thread-safe: one lock for every update.
+
+    The lock is the child's own (the region is made at the fork), held for a few word
+    updates; nothing under it logs or calls the SDK.
+    """
+
+    def __init__(self, region: mmap.mmap) -> None:
+        self._region = region
+        self._words = memoryview(region).cast("q")
+        self._floats = memoryview(region).cast("d")
+        self._lock = threading.Lock()
+        self._instruments: dict[InstrumentMeta, _SeriesWriter] = {}
+        self._words[_WRITER] = os.getpid()
+
+    def instrument(self, meta: InstrumentMeta) -> Callable[..., None]:
+        """The record method (`(value, attributes)`, as the SDK's) of one instrument; one
+        instrument's series keep their slots however many meters ask for it."""
+        with self._lock:
+            writer = self._instruments.get(meta)
+            if writer is None:
+                writer = self._instruments[meta] = _SeriesWriter(self, meta)
+        if meta.kind == "histogram":
+            return writer.record
+        if meta.kind == "gauge":
+            return writer.set
+        return writer.add
+
+    def allocate(
+        self,
+        meta: InstrumentMeta,
+        attributes: Mapping[str, object] | None,
+        fields: dict[frozenset[Any] | None, int],
+        key: frozenset[Any] | None,
+    ) -> int:
+        """The first field's word of series `key` of `meta` (noted in `fields`): a slot
+        appended for it unless a thread just did, or -1 when the region is full (the
+        series is counted as dropped)."""
+        encoded = _encode_meta(meta, attributes)
+        meta_words = -(-len(encoded) // 8)
+        if meta.kind == "histogram":
+            field_words = _BUCKETS + len(meta.bounds or ()) + 1
+        else:
+            field_words = _FIELD_WORDS[meta.kind]
+        size = 2 + meta_words + field_words
+        words = self._words
+        with self._lock:
+            known = fields.get(key)
+            if known is not None:
+                return known
+            start = words[_END]
+            if start + size > len(words):
+                words[_DROPPED] += 1
+                fields[key] = -1
+                return -1
+            words[start] = size
+            words[start + 1] = len(encoded)
+            first_byte = (start + 2) * 8
+            self._region[first_byte : first_byte + len(encoded)] = encoded
+            field = start + 2 + meta_words
+            if meta.kind == "histogram":
+                self._floats[field + _MIN] = float("inf")
+                self._floats[field + _MAX] = float("-inf")
+            words[_END] = start + size  # published: the parent may read it from now on
+            fields[key] = field
+        return field
+
+
+class _SeriesWriter:
+    """One instrument's series in the child's region: series key -> first field word."""
+
+    __slots__ = ("_bounds", "_fields", "_floats", "_lock", "_meta", "_region", "_words")
+
+    def __init__(self, region: RegionWriter, meta: InstrumentMeta) -> None:
+        self._region = region
+        self._meta = meta
+        self._bounds = meta.bounds or ()
+        self._words = region._words
+        self._floats = region._floats
+        self._lock = region._lock
+        self._fields: dict[frozenset[Any] | None, int] = {}
+
+    def _field(self, attributes: Mapping[str, object] | None) -> int:
+        if attributes:
+            key = (
+                attributes.series_key
+                if type(attributes) is SeriesAttributes
+                else _key_or_none(attributes)
+            )
+        else:
+            key = _NO_ATTRIBUTES
+        field = self._fields.get(key)
+        if field is None:
+            field = self._region.allocate(self._meta, attributes, self._fields, key)
+        return field
+
+    def add(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
+        field = self._field(attributes)
+        if field < 0:
+            return
+        words = self._words
+        with self._lock:
+            words[field] += 1
+            if type(value) is int:
+                words[field + _INT_SUM] += value
+            else:
+                self._floats[field + _FLOAT_SUM] += value
+                words[field + _HAD_FLOAT] = 1
+            words[field] += 1
+
+    def set(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
+        field = self._field(attributes)
+        if field < 0:
+            return
+        words = self._words
+        now = time_ns()
+        with self._lock:
+            words[field] += 1
+            if type(value) is int:
+                words[field + _VALUE] = value
+                words[field + _IS_INT] = 1
+            else:
+                self._floats[field + _VALUE] = value
+                words[field + _IS_INT] = 0
+            words[field + _SET_AT] = now
+            words[field] += 1
+
+    def record(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
+        field = self._field(attributes)
+        if field < 0:
+            return
+        # The SDK's rule: a value equal to a boundary counts in the bucket it closes.
+        bucket = bisect.bisect_left(self._bounds, value)
+        words = self._words
+        floats = self._floats
+        with self._lock:
+            words[field] += 1
+            words[field + _COUNT] += 1
+            floats[field + _SUM] += value
+            if value < floats[field + _MIN]:
+                floats[field + _MIN] = value
+            if value > floats[field + _MAX]:
+                floats[field + _MAX] = value
+            words[field + _BUCKETS + bucket] += 1
+            words[field] += 1
+
+
+def _key_or_none(attributes: Mapping[str, object]) -> frozenset[Any] | None:
+    try:
+        return series_key(attributes)
+    except TypeError:  # cleaned attributes are hashable; anything else shares one slot
+        return None
+
+
+#: The clock gauge values are ordered by: one per machine, shared by its processes.
+time_ns: Final = time.monotonic_ns
+
+
+def _encode_meta(meta: InstrumentMeta, attributes: Mapping[str, object] | None) -> bytes:
+    document = {
+        "p": meta.pipeline,
+        "s": list(meta.scope),
+        "n": meta.name,
+        "k": meta.kind,
+        "u": meta.unit,
+        "d": meta.description,
+        "b": None if meta.bounds is None else list(meta.bounds),
+        "m": meta.gauge_mode,
+        "a": [[key, value] for key, value in (attributes or {}).items()],
+    }
+    return json.dumps(document, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode(
+        "ascii"
+    )
+
+
+def _decode_meta(encoded: bytes) -> tuple[InstrumentMeta, dict[str, Any]]:
+    document = json.loads(encoded)
+    bounds = document["b"]
+    meta = InstrumentMeta(
+        pipeline=document["p"],
+        scope=tuple(document["s"]),
+        name=document["n"],
+        kind=document["k"],
+        unit=document["u"],
+        description=document["d"],
+        bounds=None if bounds is None else tuple(bounds),
+        gauge_mode=document["m"],
+    )
+    attributes = {
+        key: tuple(value) if type(value) is list else value for key, value in document["a"]
+    }
+    return meta, attributes
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """One published slot, as the parent decoded it."""
+
+    meta: InstrumentMeta
+    attributes: dict[str, Any]
+    field: int
+
+
+class RegionReader:
+    """The parent's side of one child's region: the slots it published and their values."""
+
+    def __init__(self, region: mmap.mmap) -> None:
+        self._region = region
+        self._words = memoryview(region).cast("q")
+        self._floats = memoryview(region).cast("d")
+        self._read_up_to = HEADER_WORDS
+        self.slots: list[SlotInfo] = []
+
+    @property
+    def writer_pid(self) -> int:
+        """The child's pid, or 0 while it has not started writing."""
+        return int(self._words[_WRITER])
+
+    @property
+    def dropped_series(self) -> int:
+        """Series the child could not keep because the region was full."""
+        return int(self._words[_DROPPED])
+
+    def refresh(self) -> list[SlotInfo]:
+        """Decode the slots published since the last call; return every slot."""
+        words = self._words
+        end = int(words[_END])
+        at = self._read_up_to
+        while at < end:
+            size = int(words[at])
+            length = int(words[at + 1])
+            first_byte = (at + 2) * 8
+            meta, attributes = _decode_meta(bytes(self._region[first_byte : first_byte + length]))
+            self.slots.append(SlotInfo(meta, attributes, at + 2 + -(-length // 8)))
+            at += size
+        self._read_up_to = at
+        return self.slots
+
+    def read(self, slot: SlotInfo) -> tuple[Any, ...]:
+        """The slot's values, as one consistent snapshot (see the module docstring):
+
+        sums: (updates, total); gauges: (updates, value, set_at); histograms: (updates,
+        count, sum, min, max, bucket counts). `updates` counts the child's writes.
+        """
+        words = self._words
+        field = slot.field
+        for _ in range(_READ_ATTEMPTS):
+            before = int(words[field])
+            if before % 2 == 0:
+                values = self._fields(slot.meta, field)
+                if int(words[field]) == before:
+                    return (before // 2, *values)
+        return (int(words[field]) // 2, *self._fields(slot.meta, field))
+
+    def _fields(self, meta: InstrumentMeta, field: int) -> tuple[Any, ...]:
+        words = self._words
+        floats = self._floats
+        if meta.kind == "histogram":
+            buckets = len(meta.bounds or ()) + 1
+            start = field + _BUCKETS
+            return (
+                int(words[field + _COUNT]),
+                float(floats[field + _SUM]),
+                float(floats[field + _MIN]),
+                float(floats[field + _MAX]),
+                tuple(words[start : start + buckets]),
+            )
+        if meta.kind == "gauge":
+            value: int | float = (
+                int(words[field + _VALUE])
+                if words[field + _IS_INT]
+                else float(floats[field + _VALUE])
+            )
+            return (value, int(words[field + _SET_AT]))
+        total: int | float = int(words[field + _INT_SUM])
+        if words[field + _HAD_FLOAT]:
+            total = total + float(floats[field + _FLOAT_SUM])
+        return (total,)
+
+    def release(self) -> None:
+        """Let go of the region (the child's mapping, if it still lives, stays)."""
+        self._words.release()
+        self._floats.release()
+        self._region.close()

@@ -85,8 +85,8 @@ class ParentsMeter(metrics.NoOpMeter):
     created on it are no-ops (the inherited provider is never called), while
     `record_metrics` on it reports to the parent's pipeline, as on the parent's meters."""
 
-    def __init__(self, name: str, parents_consumer: object) -> None:
-        super().__init__(name)
+    def __init__(self, name: str, parents_consumer: object, version: str | None = None) -> None:
+        super().__init__(name, version=version)
         self.parents_consumer = parents_consumer
 
 
@@ -121,7 +121,7 @@ def global_provider_is_inherited() -> bool:
     return consumer is not None and consumer in _inherited_consumers
 
 
-def meter_instead_of_global(name: str) -> metrics.Meter | None:
+def meter_instead_of_global(name: str, version: str | None = None) -> metrics.Meter | None:
     """None where the global meter provider may be used; in a child that inherited it, the
     meter of this process's own setup, or a `ParentsMeter` before one (with one warning
     where the parent's pipeline does not take this child's values)."""
@@ -129,7 +129,7 @@ def meter_instead_of_global(name: str) -> metrics.Meter | None:
         return None
     own = own_meter_provider()
     if own is not None:
-        meter: metrics.Meter = own.get_meter(name)
+        meter: metrics.Meter = own.get_meter(name, version)
         return meter
     consumer = _otel_internals.provider_consumer(_otel_internals.global_meter_provider())
     if not _forked_children.reports_to_parent(consumer):
@@ -141,7 +141,7 @@ def meter_instead_of_global(name: str) -> metrics.Meter | None:
             "values; returning a no-op meter. Call setup_telemetry in the child.",
             name,
         )
-    return ParentsMeter(name, consumer)
+    return ParentsMeter(name, consumer, version)
 
 
 def _snapshot_before_fork() -> None:

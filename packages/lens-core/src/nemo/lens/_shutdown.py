@@ -27,6 +27,8 @@ import inspect
 import logging
 import math
 import operator
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +39,11 @@ from nemo.lens._process import BuiltHere
 from nemo.lens._warn_once import WarnOnce
 
 _logger = logging.getLogger(__name__)
+#: multiprocessing runs its finalisers highest priority first; lens's runs before the
+#: default ones (0), while the child's own objects still work.
+_FINALIZER_PRIORITY: Final = 100
+# The process whose multiprocessing finaliser runs the exit hook (a fork copies the flag).
+_finalizer_pid = 0
 
 #: A named piece of work, given the milliseconds left in the budget; False means failed.
 Step = tuple[str, Callable[[int], object]]
@@ -346,6 +353,7 @@ def shutdown_at_exit(key: object, shutdown: Callable[[int], object]) -> None:
     if not _hook_registered:
         _hook_registered = True
         atexit.register(_run_at_exit)
+    _run_at_multiprocessing_exit()
     worker = _exit_worker
     if worker is None or not worker.built.here() or worker.requested.is_set():
         worker = _ExitWorker()
@@ -354,6 +362,20 @@ def shutdown_at_exit(key: object, shutdown: Callable[[int], object]) -> None:
         except RuntimeError:  # already shutting down: the hook runs the work itself
             worker.thread = None
         _exit_worker = worker
+
+
+def _run_at_multiprocessing_exit() -> None:
+    """In a `multiprocessing` child, run the exit hook at the child's end too: it leaves
+    through `os._exit` (no `atexit`), after running its finalisers. Once per process."""
+    global _finalizer_pid
+    if _finalizer_pid == os.getpid():
+        return
+    process_module = sys.modules.get("multiprocessing.process")
+    util = sys.modules.get("multiprocessing.util")
+    if process_module is None or util is None or process_module.parent_process() is None:
+        return  # not started by multiprocessing (which imports both first)
+    _finalizer_pid = os.getpid()
+    util.Finalize(None, _run_at_exit, exitpriority=_FINALIZER_PRIORITY)
 
 
 def forget_at_exit(key: object) -> None:

@@ -122,12 +122,16 @@ class TelemetryHandle:
                 return metrics.NoOpMeter(name, version=version)
             pipeline = self._pipeline
             if pipeline is not None and not pipeline.built.here():
-                # A forked child: the parent's provider may hold a lock for good here.
-                return metrics.NoOpMeter(name, version=version)
+                # A forked child: the parent's provider may hold a lock for good here, so
+                # record_metrics reports to the parent instead (a ParentsMeter).
+                return _parents_meter(pipeline, name, version)
             provider = None if pipeline is None else pipeline.meter_provider
             if provider is not None:
                 return provider.get_meter(name, version)
-            return metrics.get_meter(name, version or "")
+            if pipeline is not None and pipeline.joined_parent is not None:
+                return _inheritance.ParentsMeter(name, pipeline.joined_parent, version)
+            instead = _inheritance.meter_instead_of_global(name, version)
+            return metrics.get_meter(name, version or "") if instead is None else instead
         except Exception as exc:
             _logger.warning("get_meter(%r) failed: %s: %s", name, type(exc).__name__, exc)
             return metrics.NoOpMeter(name, version=version)
@@ -283,6 +287,24 @@ class TelemetryHandle:
         ]
 
 
+#: Where the run id a process drew is handed to every process it starts (forked or not),
+#: so the ranks and workers of one job outside Slurm and torchrun share `nemo.run.id`.
+_JOB_RUN_ID_VARIABLE = "NEMO_LENS_JOB_RUN_ID"
+
+
+def _job_run_id() -> str:
+    """This job's run id: Slurm's job id, else torchrun's run id, else the one a parent
+    process drew, else a new one (then handed to this process's children)."""
+    for variable in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", _JOB_RUN_ID_VARIABLE):
+        value = os.environ.get(variable, "").strip()
+        # torchrun sets "none" when no rendezvous id was given: not a job's id.
+        if value and not (variable == "TORCHELASTIC_RUN_ID" and value == "none"):
+            return value
+    drawn = uuid.uuid4().hex[:12]
+    os.environ[_JOB_RUN_ID_VARIABLE] = drawn
+    return drawn
+
+
 def setup_telemetry(
     config: NemoLensConfig,
     *,
@@ -338,7 +360,7 @@ def setup_telemetry(
             )
         checked_rank, checked_world_size = _check_rank(rank, world_size)
         if not config.run_id:
-            config.run_id = os.environ.get("SLURM_JOB_ID", "").strip() or uuid.uuid4().hex[:12]
+            config.run_id = _job_run_id()
         selected = _export_decision(
             config,
             export_strategy,
@@ -541,8 +563,15 @@ def _exporting_setup(
         meter = pipeline.meter_provider.get_meter(_INSTRUMENTATION_SCOPE, __version__)
         if metrics.get_meter_provider() is not pipeline.meter_provider:
             _warn_global_kept("meter", "metrics.get_meter()")
+    elif pipeline.joined_parent is not None:
+        meter = _inheritance.ParentsMeter(
+            _INSTRUMENTATION_SCOPE, pipeline.joined_parent, __version__
+        )
     else:
-        meter = metrics.get_meter(_INSTRUMENTATION_SCOPE, __version__)
+        instead = _inheritance.meter_instead_of_global(_INSTRUMENTATION_SCOPE, __version__)
+        meter = (
+            metrics.get_meter(_INSTRUMENTATION_SCOPE, __version__) if instead is None else instead
+        )
     if pipeline.logger_provider is not None:
         _install_logger_provider(pipeline.logger_provider)
     _install_w3c_propagator()
@@ -555,6 +584,16 @@ def _exporting_setup(
     # The providers do not shut themselves down at exit; lens does, within a bound.
     _shutdown.shutdown_at_exit(handle, handle.shutdown)
     return handle
+
+
+def _parents_meter(pipeline: Pipeline, name: str, version: str | None) -> metrics.Meter:
+    """In a forked child, `handle.get_meter(name)` of the parent's handle: a meter through
+    which record_metrics reports to that pipeline, or a no-op where it does not take this
+    child's values (its provider is never called here)."""
+    consumer = _otel_internals.provider_consumer(pipeline.meter_provider)
+    if consumer is None and pipeline.joined_parent is not None:
+        consumer = pipeline.joined_parent
+    return _inheritance.ParentsMeter(name, consumer, version)
 
 
 def _install_logger_provider(provider: ApiLoggerProvider) -> None:

@@ -39,6 +39,7 @@ from nemo.lens._sdk import (
     _exporters,
     _fork,
     _logging,
+    _prometheus,
     _redacting,
 )
 from nemo.lens._sdk._ids import build_id_generator
@@ -54,7 +55,7 @@ from nemo.lens._sdk._value_limits import (
 )
 from nemo.lens._sdk._views import histogram_views
 from nemo.lens.config import NemoLensConfig, _is_default_service_name
-from nemo.lens.instruments import _cardinality
+from nemo.lens.instruments import _cardinality, _forked_children
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
@@ -82,6 +83,9 @@ class Pipeline:
     span_gate: QueueGate | None = None
     #: The gate in front of the batch log record processor, if there is one.
     log_gate: QueueGate | None = None
+    #: In a forked child whose Prometheus address its parent serves: the parent's
+    #: pipeline (its measurement consumer) that this setup's metrics report to instead.
+    joined_parent: Any = None
     #: The values the value length limits cut (`nemo.lens._sdk._value_limits`).
     truncations: TruncationCount = field(default_factory=TruncationCount)
     #: The process that built it: a forked child must not call into its providers, whose
@@ -192,6 +196,64 @@ def _ignore_budget(action: Callable[[], object]) -> Callable[[int], object]:
     return lambda remaining_ms: action()
 
 
+def _log_parents_endpoint(plan: SignalPlan, joined: bool) -> None:
+    host, port = plan.prometheus_address or ("", 0)
+    if joined:
+        _logger.info(
+            "setup_telemetry: this process was forked from one serving Prometheus on "
+            "%s:%d; its metrics reach that endpoint through the parent (it does not bind "
+            "the port again)",
+            host,
+            port,
+        )
+        return
+    _logger.warning(
+        "setup_telemetry: this process was forked from one serving Prometheus on %s:%d, "
+        "which it cannot bind again, and that process's pipeline does not take its values "
+        "(only direct children of the process that set up report); this setup exports no "
+        "metrics. Give such a process its own OTEL_EXPORTER_PROMETHEUS_PORT to serve its own.",
+        host,
+        port,
+    )
+
+
+def _build_metrics(
+    pipeline: Pipeline,
+    metrics_plan: SignalPlan | None,
+    metric_reader: MetricReader | None,
+    resource: Resource,
+) -> MetricReader | None:
+    """Build `pipeline`'s meter provider and its one reader (`metric_reader`, or the
+    plan's) for `metrics_plan`; return the reader, or None where metrics are not exported
+    from here."""
+    if metrics_plan is not None and _prometheus.parent_serves(metrics_plan.prometheus_address):
+        # Binding it again would fail here (and a pool would respawn the worker).
+        pipeline.joined_parent = _forked_children.parents_consumer()
+        _log_parents_endpoint(metrics_plan, pipeline.joined_parent is not None)
+        return None
+    if metrics_plan is None:
+        return None
+    reader = metric_reader
+    if reader is None:
+        reader = _exporters.build_metric_reader(metrics_plan, pipeline.on_shutdown)
+    # Before the provider reads them: metric_cardinality_limit is the one limit.
+    _otel_internals.lift_sdk_cardinality_limits(reader, _cardinality.SDK_UNLIMITED)
+    pipeline.meter_provider = MeterProvider(
+        resource=resource,
+        metric_readers=[reader],
+        views=histogram_views(),
+        shutdown_on_exit=False,
+    )
+    if not isinstance(reader, PeriodicExportingMetricReader):
+        pipeline.readers_to_flush.append(reader)
+    _coalescing.coalesce_recording(pipeline.meter_provider, [reader], pipeline.built)
+    _children_metrics.merge_children(
+        reader, pipeline.meter_provider, resource, pipeline.on_shutdown
+    )
+    _redacting.redact_collections(reader)  # last: what the children add is covered
+    return reader
+
+
 def build_pipeline(
     config: NemoLensConfig,
     plan: ExportPlan,
@@ -222,26 +284,7 @@ def build_pipeline(
     pipeline = Pipeline(tracer_provider=None, meter_provider=None)
     reader = None
     try:
-        metrics_plan = plan.get("metrics")
-        if metrics_plan is not None:
-            reader = metric_reader
-            if reader is None:
-                reader = _exporters.build_metric_reader(metrics_plan, pipeline.on_shutdown)
-            # Before the provider reads them: metric_cardinality_limit is the one limit.
-            _otel_internals.lift_sdk_cardinality_limits(reader, _cardinality.SDK_UNLIMITED)
-            pipeline.meter_provider = MeterProvider(
-                resource=resource,
-                metric_readers=[reader],
-                views=histogram_views(),
-                shutdown_on_exit=False,
-            )
-            if not isinstance(reader, PeriodicExportingMetricReader):
-                pipeline.readers_to_flush.append(reader)
-            _coalescing.coalesce_recording(pipeline.meter_provider, [reader], pipeline.built)
-            _children_metrics.merge_children(
-                reader, pipeline.meter_provider, resource, pipeline.on_shutdown
-            )
-            _redacting.redact_collections(reader)  # last: what the children add is covered
+        reader = _build_metrics(pipeline, plan.get("metrics"), metric_reader, resource)
         traces_plan = plan.get("traces")
         if traces_plan is not None:
             exporter = span_exporter

@@ -242,10 +242,22 @@ class PrometheusEndpoint:
 _live_endpoints: weakref.WeakSet[PrometheusEndpoint] = weakref.WeakSet()
 
 
+# Ports an ancestor of this process served when it forked (its endpoints stay its own).
+_ancestors_ports: set[int] = set()
+
+
+def parent_serves(address: tuple[str, int] | None) -> bool:
+    """True in a forked child when `address`'s port is one a parent process (or its
+    parent) served at the fork, so binding it here would fail."""
+    return address is not None and address[1] in _ancestors_ports
+
+
 def _close_endpoints_in_child() -> None:
     # The serving thread does not survive fork(); the child's copy of the socket would
     # only keep the port bound after the parent exits.
     for endpoint in list(_live_endpoints):
+        if not endpoint._stopped and endpoint.port:
+            _ancestors_ports.add(endpoint.port)
         endpoint.close_inherited_socket()
 
 

@@ -115,6 +115,18 @@ def stop_accepting(token: int) -> None:
         child.reader.release()
 
 
+def parents_consumer() -> Any:
+    """In a forked child, the measurement consumer of the parent's (newest) pipeline that
+    takes this child's values; None elsewhere."""
+    if _writer is None:
+        return None
+    for pipeline in reversed(_pipelines.values()):
+        consumer = pipeline.consumer()
+        if consumer is not None and pipeline.built.pid == _reader_pid:
+            return consumer
+    return None
+
+
 def reports_to_parent(consumer: object) -> bool:
     """True in a forked child whose parent's pipeline of measurement consumer `consumer`
     takes its values."""

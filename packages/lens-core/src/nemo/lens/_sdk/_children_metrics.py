@@ -217,22 +217,20 @@ class ChildrenMerge:
             typed_series_key(dict(point.attributes or {})): at for at, point in enumerate(points)
         }
         start = self._previous_ns if delta else self._started_ns
+        bounds = list(meta.bounds or ())  # one list for every new point: none changes it
         changed = False
         for series_id, total in series:
-            contribution = self._contribution(series_id, total, delta)
-            if contribution is None:
-                continue
-            at = index.get(series_id[4])
-            own = points[at] if at is not None else None
-            point = self._point(kind, total, contribution, own, start, now)
-            if point is None:
+            values = self._delta_contribution(series_id, total) if delta else total.values
+            if values is None:
                 continue
             changed = True
+            key = series_id[4]
+            at = index.get(key)
             if at is None:
-                index[series_id[4]] = len(points)
-                points.append(point)
+                index[key] = len(points)
+                points.append(_new_point(kind, total.attributes, values, bounds, start, now))
             else:
-                points[at] = point
+                points[at] = self._combined_point(kind, total, values, points[at])
         if not changed:
             return None
         if metric is not None:
@@ -254,14 +252,12 @@ class ChildrenMerge:
             )
         return Metric(name=meta.name, description=meta.description, unit=meta.unit, data=data)
 
-    def _contribution(
-        self, series_id: SeriesId, total: SeriesTotal, delta: bool
+    def _delta_contribution(
+        self, series_id: SeriesId, total: SeriesTotal
     ) -> tuple[Any, ...] | None:
-        """What this collection adds of the series: all of it (cumulative, gauges), or
-        what came since this reader's previous report (delta); None for nothing new."""
+        """What the children added to the series since this reader's previous report
+        (delta temporality); None for nothing new."""
         reported = self._reported.get(series_id)
-        if not delta:
-            return total.values
         self._reported[series_id] = (total.updates, total.values)
         if reported is None:
             return total.values
@@ -279,61 +275,27 @@ class ChildrenMerge:
             )
         return (total.values[0] - before[0],)
 
-    def _point(
-        self,
-        kind: str,
-        total: SeriesTotal,
-        values: tuple[Any, ...],
-        own: Any,
-        start: int,
-        now: int,
+    def _combined_point(
+        self, kind: str, total: SeriesTotal, values: tuple[Any, ...], own: Any
     ) -> Any:
+        """The parent's own point `own` with the children's `values` added in."""
         if kind == "histogram":
             count, summed, low, high, buckets = values
-            if own is not None:
-                return dataclasses.replace(
-                    own,
-                    count=own.count + count,
-                    sum=own.sum + summed,
-                    min=min(own.min, low),
-                    max=max(own.max, high),
-                    bucket_counts=[a + b for a, b in zip(own.bucket_counts, buckets, strict=True)],
-                )
-            return HistogramDataPoint(
-                attributes=total.attributes,
-                start_time_unix_nano=start,
-                time_unix_nano=now,
-                count=count,
-                sum=summed,
-                bucket_counts=list(buckets),
-                explicit_bounds=list(total.meta.bounds or ()),
-                min=low,
-                max=high,
+            return dataclasses.replace(
+                own,
+                count=own.count + count,
+                sum=own.sum + summed,
+                min=min(own.min, low),
+                max=max(own.max, high),
+                bucket_counts=[a + b for a, b in zip(own.bucket_counts, buckets, strict=True)],
             )
         if kind == "gauge":
-            value = self._gauge_value(total, values, own)
-            if own is not None:
-                return dataclasses.replace(own, value=value)
-            return NumberDataPoint(
-                attributes=total.attributes,
-                start_time_unix_nano=start,
-                time_unix_nano=now,
-                value=value,
-            )
-        if own is not None:
-            return dataclasses.replace(own, value=own.value + values[0])
-        return NumberDataPoint(
-            attributes=total.attributes,
-            start_time_unix_nano=start,
-            time_unix_nano=now,
-            value=values[0],
-        )
+            return dataclasses.replace(own, value=self._gauge_value(total, values, own))
+        return dataclasses.replace(own, value=own.value + values[0])
 
     def _gauge_value(self, total: SeriesTotal, values: tuple[Any, ...], own: Any) -> Any:
         mode = total.meta.gauge_mode or "last"
         child_value, child_set_at = values
-        if own is None:
-            return child_value
         key = (total.meta.scope, total.meta.name, typed_series_key(total.attributes))
         previous = self._parent_gauges.get(key, _NOTHING)
         self._parent_gauges[key] = own.value
@@ -341,6 +303,36 @@ class ChildrenMerge:
             return own.value if own.value != previous else child_value
         combined, _ = combine_gauges(mode, [(own.value, 0), (child_value, child_set_at)])
         return combined
+
+
+def _new_point(
+    kind: str,
+    attributes: dict[str, Any],
+    values: tuple[Any, ...],
+    bounds: list[float],
+    start: int,
+    now: int,
+) -> Any:
+    """A point of a series only the children recorded."""
+    if kind == "histogram":
+        count, summed, low, high, buckets = values
+        return HistogramDataPoint(
+            attributes=attributes,
+            start_time_unix_nano=start,
+            time_unix_nano=now,
+            count=count,
+            sum=summed,
+            bucket_counts=list(buckets),
+            explicit_bounds=bounds,
+            min=low,
+            max=high,
+        )
+    return NumberDataPoint(
+        attributes=attributes,
+        start_time_unix_nano=start,
+        time_unix_nano=now,
+        value=values[0],
+    )
 
 
 _NOTHING = object()

@@ -30,7 +30,6 @@ from typing import Any
 
 from nemo.lens import _fork_hooks
 from nemo.lens._process import BuiltHere
-from nemo.lens.instruments._series import typed_series_key
 from nemo.lens.instruments._shared_series import (
     InstrumentMeta,
     RegionReader,
@@ -45,7 +44,7 @@ from nemo.lens.instruments._spec import SDK_DEFAULT_BUCKETS, MetricSpec
 SeriesId = tuple[int, tuple[str, str | None, str | None], str, str, frozenset[Any]]
 
 
-@dataclass
+@dataclass(slots=True)
 class SeriesTotal:
     """One series summed over a pipeline's children, live and ended.
 
@@ -64,7 +63,7 @@ class _Child:
     reader: RegionReader
     #: Each series it published, with its snapshot at the last read (an ended child's
     #: final one).
-    last: dict[SeriesId, tuple[SlotInfo, tuple[Any, ...]]] = field(default_factory=dict)
+    last: dict[SeriesId, tuple[SlotInfo, int, tuple[Any, ...]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -184,14 +183,11 @@ def collect(token: int) -> dict[SeriesId, SeriesTotal]:
             series_id: _copy(total) for series_id, total in _folded.items() if series_id[0] == token
         }
         for child in _children:
-            for series_id, (slot, snapshot) in _read(child).items():
-                if series_id[0] == token:
-                    _add(totals, series_id, slot, snapshot)
+            _add_all(totals, _read(child, token), token)
         for child in ended:
             _children.remove(child)
             _dropped[0] += child.reader.dropped_series
-            for series_id, (slot, snapshot) in child.last.items():
-                _add(_folded, series_id, slot, snapshot)
+            _add_all(_folded, child.last, None)
     for child in ended:
         child.reader.release()
     return totals
@@ -203,17 +199,21 @@ def dropped_series() -> int:
         return _dropped[0] + sum(child.reader.dropped_series for child in _children)
 
 
-def _read(child: _Child) -> dict[SeriesId, tuple[SlotInfo, tuple[Any, ...]]]:
+def _read(
+    child: _Child, token: int | None = None
+) -> dict[SeriesId, tuple[SlotInfo, int, tuple[Any, ...]]]:
+    """Read `child`'s series (of pipeline `token` only, when given) into `child.last`;
+    a slot the child has not written since the last read keeps its snapshot."""
     reader = child.reader
+    last = child.last
     for slot in reader.refresh():
-        meta = slot.meta
-        # Keyed by value and type, as the data model has series (1 and True are two).
-        key = typed_series_key(slot.attributes)
-        child.last[(meta.pipeline, meta.scope, meta.name, meta.kind, key)] = (
-            slot,
-            reader.read(slot),
-        )
-    return child.last
+        if token is not None and slot.meta.pipeline != token:
+            continue
+        known = last.get(slot.series_id)
+        if known is not None and reader.updates(slot) == known[1]:
+            continue
+        last[slot.series_id] = (slot, *reader.read(slot))
+    return last
 
 
 def _ended_children() -> list[_Child]:
@@ -250,21 +250,21 @@ def _copy(total: SeriesTotal) -> SeriesTotal:
     return SeriesTotal(total.meta, total.attributes, total.updates, total.values)
 
 
-def _add(
+def _add_all(
     totals: dict[SeriesId, SeriesTotal],
-    series_id: SeriesId,
-    slot: SlotInfo,
-    snapshot: tuple[Any, ...],
+    snapshots: dict[SeriesId, tuple[SlotInfo, int, tuple[Any, ...]]],
+    token: int | None,
 ) -> None:
-    updates, *values = snapshot
-    if not updates:
-        return
-    known = totals.get(series_id)
-    if known is None:
-        totals[series_id] = SeriesTotal(slot.meta, slot.attributes, updates, tuple(values))
-        return
-    known.updates += updates
-    known.values = combine(slot.meta, known.values, tuple(values))
+    """Add one child's `snapshots` (of pipeline `token`, or all) into `totals`."""
+    for series_id, (slot, updates, values) in snapshots.items():
+        if not updates or (token is not None and series_id[0] != token):
+            continue
+        known = totals.get(series_id)
+        if known is None:
+            totals[series_id] = SeriesTotal(slot.meta, slot.attributes, updates, values)
+        else:
+            known.updates += updates
+            known.values = combine(slot.meta, known.values, values)
 
 
 def combine(

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from nemo.lens.instruments._series import SeriesAttributes, series_key
+from nemo.lens.instruments._series import SeriesAttributes, series_key, typed_series_key
 
 #: Bytes reserved per child. Virtual: the kernel backs only the pages a child writes.
 REGION_BYTES: Final = 4 * 1024 * 1024
@@ -292,6 +292,9 @@ class SlotInfo:
     meta: InstrumentMeta
     attributes: dict[str, Any]
     field: int
+    #: The series across processes: (pipeline, scope, instrument name, kind, the
+    #: attributes' key by value and type, as the data model has series: 1 and True differ).
+    series_id: tuple[int, tuple[str, str | None, str | None], str, str, frozenset[Any]]
 
 
 class RegionReader:
@@ -324,16 +327,28 @@ class RegionReader:
             length = int(words[at + 1])
             first_byte = (at + 2) * 8
             meta, attributes = _decode_meta(bytes(self._region[first_byte : first_byte + length]))
-            self.slots.append(SlotInfo(meta, attributes, at + 2 + -(-length // 8)))
+            field = at + 2 + -(-length // 8)
+            series_id = (
+                meta.pipeline,
+                meta.scope,
+                meta.name,
+                meta.kind,
+                typed_series_key(attributes),
+            )
+            self.slots.append(SlotInfo(meta, attributes, field, series_id))
             at += size
         self._read_up_to = at
         return self.slots
 
-    def read(self, slot: SlotInfo) -> tuple[Any, ...]:
-        """The slot's values, as one consistent snapshot (see the module docstring):
+    def updates(self, slot: SlotInfo) -> int:
+        """How many writes the child finished on `slot` (-1 while one is under way)."""
+        sequence = int(self._words[slot.field])
+        return -1 if sequence % 2 else sequence // 2
 
-        sums: (updates, total); gauges: (updates, value, set_at); histograms: (updates,
-        count, sum, min, max, bucket counts). `updates` counts the child's writes.
+    def read(self, slot: SlotInfo) -> tuple[int, tuple[Any, ...]]:
+        """The slot's updates and values, as one consistent snapshot (see the module
+        docstring). Values: sums (total,); gauges (value, set_at); histograms (count, sum,
+        min, max, bucket counts). `updates` counts the child's writes.
         """
         words = self._words
         field = slot.field
@@ -342,8 +357,8 @@ class RegionReader:
             if before % 2 == 0:
                 values = self._fields(slot.meta, field)
                 if int(words[field]) == before:
-                    return (before // 2, *values)
-        return (int(words[field]) // 2, *self._fields(slot.meta, field))
+                    return (before // 2, values)
+        return (int(words[field]) // 2, self._fields(slot.meta, field))
 
     def _fields(self, meta: InstrumentMeta, field: int) -> tuple[Any, ...]:
         words = self._words

@@ -35,11 +35,11 @@ from nemo.lens import (
     MetricSpec,
     NemoLensConfig,
     TelemetryHandle,
+    _forked_children,
     record_metrics,
     register_metric_group,
     setup_telemetry,
 )
-from nemo.lens.instruments import _forked_children
 from nemo.lens.testing import reset_init_guard
 
 KINDS = ["gauge"] * 4 + ["histogram"] * 3 + ["counter"] * 2 + ["up_down_counter"]

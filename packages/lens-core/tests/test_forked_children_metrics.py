@@ -32,12 +32,12 @@ from nemo.lens import (
     MetricSpec,
     NemoLensConfig,
     TelemetryHandle,
+    _forked_children,
     record_metrics,
     register_metric_group,
     setup_telemetry,
 )
 from nemo.lens.errors import LensError
-from nemo.lens.instruments import _forked_children
 from nemo.lens.instruments._record import API_HAS_BUCKET_ADVISORY
 from nemo.lens.testing import isolated_telemetry
 

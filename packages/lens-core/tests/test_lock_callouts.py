@@ -203,12 +203,8 @@ _WALKED: dict[tuple[str, str], Callable[[], list[object]]] = {
     ("_log_filters.py", "_lock"): _module_lock("_log_filters", "_lock"),
     ("resources.py", "_lock"): _module_lock("resources", "_gpu_count_memory", "_lock"),
     ("_sdk/_span_queue.py", "_lock"): _span_queue_locks,
-    ("instruments/_forked_children.py", "_lock"): _module_lock(
-        "instruments._forked_children", "_lock"
-    ),
-    ("instruments/_shared_series.py", "_lock"): _module_lock(
-        "instruments._forked_children", "_writer", "_lock"
-    ),
+    ("_forked_children.py", "_lock"): _module_lock("_forked_children", "_lock"),
+    ("_shared_region.py", "_lock"): _module_lock("_forked_children", "_writer", "_lock"),
 }
 _NOT_WALKED: dict[tuple[str, str], str] = {
     ("instruments/_coalesce.py", "_flush_lock"): (

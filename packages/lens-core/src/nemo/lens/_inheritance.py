@@ -7,7 +7,7 @@ existed in the parent. It cannot ask a meter which process made it, so before ev
 it notes every provider the child could reach: the ones lens built, the global one, and
 those of every meter lens has recorded on. A meter of one of those is "inherited":
 `record_metrics` writes its values into the child's shared region instead, for the parent
-to export (`nemo.lens.instruments._forked_children`), and `nemo.lens.get_meter()` returns
+to export (`nemo.lens._forked_children`), and `nemo.lens.get_meter()` returns
 the meter of the child's own setup, or before one a `ParentsMeter`, instead of one from
 the inherited global provider.
 
@@ -23,10 +23,9 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from nemo.lens import _fork_hooks, _otel_internals
+from nemo.lens import _fork_hooks, _forked_children, _otel_internals
 from nemo.lens._process import BuiltHere
 from nemo.lens._warn_once import WarnOnce
-from nemo.lens.instruments import _forked_children
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "nemo.lens.get_meter")

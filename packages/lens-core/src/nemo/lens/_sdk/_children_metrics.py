@@ -1,7 +1,7 @@
 """Forked children's series in every collection of their parent's pipeline.
 
 At each collection of a lens pipeline's reader, the series the pipeline's forked children
-recorded (`nemo.lens.instruments._forked_children`) join what the SDK collected, as if the
+recorded (`nemo.lens._forked_children`) join what the SDK collected, as if the
 parent had recorded them: a counter's or up-down counter's point adds the children's sums,
 a histogram's point adds their counts, sums and bucket counts and takes the smallest min
 and largest max, a gauge's point combines the values by the spec's `multiprocess` mode.
@@ -43,12 +43,11 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from nemo.lens import _otel_internals
+from nemo.lens import _forked_children, _otel_internals
+from nemo.lens._forked_children import SeriesId, SeriesTotal, combine_gauges
+from nemo.lens._shared_region import REGION_BYTES
 from nemo.lens._warn_once import WarnOnce
-from nemo.lens.instruments import _forked_children
-from nemo.lens.instruments._forked_children import SeriesId, SeriesTotal, combine_gauges
 from nemo.lens.instruments._series import typed_series_key
-from nemo.lens.instruments._shared_series import REGION_BYTES
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "nemo.lens forked children's metrics")

@@ -31,7 +31,15 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from nemo.lens import _inheritance, _otel_env, _otel_internals, _shutdown, _value_limits, resources
+from nemo.lens import (
+    _forked_children,
+    _inheritance,
+    _otel_env,
+    _otel_internals,
+    _shutdown,
+    _value_limits,
+    resources,
+)
 from nemo.lens._process import BuiltHere
 from nemo.lens._sdk import (
     _children_metrics,
@@ -55,7 +63,7 @@ from nemo.lens._sdk._value_limits import (
 )
 from nemo.lens._sdk._views import histogram_views
 from nemo.lens.config import NemoLensConfig, _is_default_service_name
-from nemo.lens.instruments import _cardinality, _forked_children
+from nemo.lens.instruments import _cardinality
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue

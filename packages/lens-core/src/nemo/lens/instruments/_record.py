@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from opentelemetry.metrics import Meter, NoOpMeter
 
-from nemo.lens import _inheritance
+from nemo.lens import _forked_children, _inheritance
 from nemo.lens._attributes import (
     INT64_MAX,
     INT64_MIN,
@@ -27,14 +27,7 @@ from nemo.lens._attributes import (
     is_encodable,
 )
 from nemo.lens._otel_internals import ProxyMeter, real_meter_of
-from nemo.lens.instruments import (
-    _cardinality,
-    _coalesce,
-    _finished,
-    _forked_children,
-    _registry,
-    _series,
-)
+from nemo.lens.instruments import _cardinality, _coalesce, _finished, _registry, _series
 from nemo.lens.instruments._registry import GROUPS, UNREGISTERED, Emitter, MeterCache, MetricGroup
 from nemo.lens.instruments._spec import (
     METRIC_KINDS,

@@ -63,7 +63,7 @@ class MeterCache:
         #: a provider lens's pipeline built), or None: recorded directly.
         self.buffer: CoalescingBuffer | None = None
         #: True in a forked child once this (inherited) meter records into the child's
-        #: shared region (see `nemo.lens.instruments._forked_children`).
+        #: shared region (see `nemo.lens._forked_children`).
         self.child = False
 
 

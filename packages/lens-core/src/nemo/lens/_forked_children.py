@@ -1,7 +1,7 @@
 """Metrics from forked children: each child's series reach the pipeline of its parent.
 
 A process whose setup exports metrics makes, just before each `fork()`, one shared region
-for the child to come (`_shared_series`). In the child, `record_metrics` on a meter of
+for the child to come (`_shared_region`). In the child, `record_metrics` on a meter of
 that pipeline (which the child never records through: see `nemo.lens._inheritance`)
 writes each value into the region instead: a counter's sum, a gauge's last value, a
 histogram's count, sum, min, max and buckets, per series. At each collection the parent
@@ -30,7 +30,7 @@ from typing import Any
 
 from nemo.lens import _fork_hooks
 from nemo.lens._process import BuiltHere
-from nemo.lens.instruments._shared_series import (
+from nemo.lens._shared_region import (
     InstrumentMeta,
     RegionReader,
     RegionWriter,

@@ -1,7 +1,7 @@
 """One forked child's series in memory its parent shares: the child writes, the parent reads.
 
 The region is an anonymous shared mapping the parent makes just before the fork
-(`nemo.lens.instruments._forked_children`), so what the child writes is in the parent's
+(`nemo.lens._forked_children`), so what the child writes is in the parent's
 memory the moment it is written: nothing is lost when the child ends through `os._exit`
 or is killed, nothing is ever on disk, and the kernel frees the pages once both processes
 let go of them.

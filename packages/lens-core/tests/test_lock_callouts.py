@@ -231,6 +231,11 @@ _NOT_WALKED: dict[tuple[str, str], str] = {
     ("_sdk/_console.py", "_lock"): "another module's owner reviews it",
     ("_sdk/_console.py", "_process_lock"): "another module's owner reviews it",
     ("_shutdown.py", "claim"): "another module's owner reviews it",
+    ("_forked_children.py", "_drain_lock"): (
+        "orders drains of children's span records: held while they are handed to the "
+        "batch span processor (by design, so a flush sees every record taken before it); "
+        "re-entrant, never taken by recording, and replaced in a forked child"
+    ),
     ("_sdk/_children_metrics.py", "_lock"): (
         "one merge of a reader's collection at a time: held while the collected points "
         "are rebuilt with the children's (SDK data classes only); its warnings are logged "

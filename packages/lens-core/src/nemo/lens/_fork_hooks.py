@@ -36,8 +36,9 @@ FORK_ORDER: Final = (
     "export strategy lock",
     # Attribute reads only: which providers the child must not record through.
     "inherited meters",
-    # Makes the shared region the child records into (no lock before the fork).
-    "forked children's metrics",
+    # Makes the shared region the child records into (no lock before the fork); starts
+    # the parent's span drain after it.
+    "forked children",
     # Child-only hooks: nothing here takes a lock.
     "setup guard",
     "inherited instruments",

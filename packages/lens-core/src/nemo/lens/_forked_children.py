@@ -14,6 +14,12 @@ its region is released. The parent tells that a child ended by asking the kernel
 its own child (`waitid` with `WNOWAIT`, which leaves the exit status to whoever waits),
 so no child need say goodbye. The parent's `shutdown` releases every region.
 
+Spans go the same way: a span a child ends on the parent's tracer provider is written,
+encoded, into the span ring of the child's region (`nemo.lens._sdk._children_spans`),
+and the parent takes the ring's records every `SPAN_DRAIN_INTERVAL_S` on a daemon thread,
+at its trace pipeline's flush and shutdown, and when it folds an ended child, and hands
+them to its batch span processor.
+
 Only the direct children of the process that built the pipeline report; a child of a
 child records nothing through the inherited meters (as before: one warning), since its
 region would be its parent's, which exports nothing.
@@ -21,12 +27,13 @@ region would be its parent's, which exports nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from nemo.lens import _fork_hooks
 from nemo.lens._process import BuiltHere
@@ -38,7 +45,11 @@ from nemo.lens._shared_region import (
     new_region,
     region_creator,
 )
+from nemo.lens._warn_once import WarnOnce
 from nemo.lens.instruments._spec import SDK_DEFAULT_BUCKETS, MetricSpec
+
+_logger = logging.getLogger(__name__)
+_warnings = WarnOnce(_logger, "nemo.lens forked children")
 
 #: A series across processes: (pipeline, scope, instrument name, kind, attribute key).
 SeriesId = tuple[int, tuple[str, str | None, str | None], str, str, frozenset[Any]]
@@ -61,6 +72,8 @@ class SeriesTotal:
 @dataclass
 class _Child:
     reader: RegionReader
+    #: The span records it dropped that the parent has counted.
+    spans_dropped_seen: int = 0
     #: Each series it published, with its snapshot at the last read (an ended child's
     #: final one).
     last: dict[SeriesId, tuple[SlotInfo, int, tuple[Any, ...]]] = field(default_factory=dict)
@@ -72,13 +85,32 @@ class _Pipeline:
     built: BuiltHere
 
 
-# Pipelines whose children report, by token (the token travels in each slot's meta).
+@dataclass(frozen=True)
+class _SpanSink:
+    #: Takes the payloads of the span records children wrote for this pipeline, and how
+    #: many records children dropped because their ring was full.
+    deliver: Callable[[list[bytes], int], None]
+    built: BuiltHere
+
+
+#: How often the parent takes its children's span records while any child lives.
+SPAN_DRAIN_INTERVAL_S: Final = 0.5
+
+# Pipelines whose children report, by token (the token travels in each slot's meta and
+# each span record).
 _pipelines: dict[int, _Pipeline] = {}
+_span_sinks: dict[int, _SpanSink] = {}
 _next_token = 0
 # The region made for the child a fork in progress creates.
 _region_for_next_child: Any = None
 # In the parent: one per child forked since a pipeline accepted children, until folded.
 _children: list[_Child] = []
+# Span records taken from ended children (token, payload), and the records they dropped,
+# not yet delivered.
+_taken_spans: list[tuple[int, bytes]] = []
+_spans_dropped = [0]
+# The parent's drain thread (None before one is needed).
+_drainer: _SpanDrainer | None = None
 # Ended children's series, summed: id -> SeriesTotal.
 _folded: dict[SeriesId, SeriesTotal] = {}
 # Series ended children could not keep (one mutable cell: no `global` in the folding).
@@ -86,6 +118,8 @@ _dropped = [0]
 # Guards `_children` and `_folded` (collections run on reader threads; fork() appends).
 # Pure dict and list work under it: no logging, no SDK call.
 _lock = threading.Lock()
+# One drain at a time (re-entrant: a sink's SDK call may log, and a handler may flush).
+_drain_lock = threading.RLock()
 # In a child: its region's writer, and the pid of the parent that reads it.
 _writer: RegionWriter | None = None
 _reader_pid = 0
@@ -100,18 +134,90 @@ def accept_children(consumer: object) -> int:
     return _next_token
 
 
+def accept_spans(deliver: Callable[[list[bytes], int], None]) -> int:
+    """Make the children forked from now on write the spans they end on the trace
+    pipeline of `deliver` (built in this process) into their regions; `deliver` gets
+    their records' payloads. Return the pipeline's token."""
+    global _next_token
+    _next_token += 1
+    _span_sinks[_next_token] = _SpanSink(deliver, BuiltHere())
+    return _next_token
+
+
 def stop_accepting(token: int) -> None:
     """The pipeline `token` is shut down: forget it, and every region once none is left."""
     _pipelines.pop(token, None)
-    if any(pipeline.built.here() for pipeline in _pipelines.values()):
+    _span_sinks.pop(token, None)
+    if _accepting_here():
         return
     with _lock:
         children = list(_children)
         _children.clear()
         _folded.clear()
         _dropped[0] = 0
+        _taken_spans.clear()
+        _spans_dropped[0] = 0
     for child in children:
         child.reader.release()
+
+
+def _accepting_here() -> bool:
+    return any(pipeline.built.here() for pipeline in _pipelines.values()) or any(
+        sink.built.here() for sink in _span_sinks.values()
+    )
+
+
+def write_span(token: int, payload: bytes) -> bool | None:
+    """In a forked child, write one ended span's `payload` for the parent's trace
+    pipeline `token`: True once written, False when the ring was full (counted), None
+    where this process does not report to that pipeline."""
+    writer = _writer
+    sink = _span_sinks.get(token)
+    if writer is None or sink is None or sink.built.pid != _reader_pid:
+        return None
+    return writer.append_record(token, payload)
+
+
+def drain_spans() -> None:
+    """Hand every span record this process's children wrote to its pipelines' sinks, and
+    fold the children that ended. Drains run one at a time, so a flush that drains finds
+    every record taken before it queued (the sinks run outside `_lock`: they call the
+    SDK)."""
+    with _drain_lock:
+        _drain()
+
+
+def _drain() -> None:
+    with _lock:
+        ended = _fold_ended()
+        taken = list(_taken_spans)
+        _taken_spans.clear()
+        dropped, _spans_dropped[0] = _spans_dropped[0], 0
+        for child in _children:
+            taken += child.reader.take_records()
+            dropped += _new_span_drops(child)
+    for child in ended:
+        child.reader.release()
+    by_token: dict[int, list[bytes]] = {}
+    for token, payload in taken:
+        by_token.setdefault(token, []).append(payload)
+    # Newest first: a ring's drops are counted once, by the newest trace pipeline here
+    # (the child counts them per region, not per pipeline; a process has one, mostly).
+    sinks = sorted(
+        ((token, sink) for token, sink in list(_span_sinks.items()) if sink.built.here()),
+        reverse=True,
+    )
+    for token, sink in sinks:
+        payloads = by_token.get(token, [])
+        if payloads or dropped:
+            sink.deliver(payloads, dropped)
+            dropped = 0
+
+
+def _new_span_drops(child: _Child) -> int:
+    total = child.reader.dropped_span_records
+    new, child.spans_dropped_seen = total - child.spans_dropped_seen, total
+    return new
 
 
 def parents_consumer() -> Any:
@@ -178,19 +284,28 @@ def collect(token: int) -> dict[SeriesId, SeriesTotal]:
     """Every series the children of pipeline `token` recorded, summed over them (the
     ended ones' folded in), read now; children found ended are folded and released."""
     with _lock:
-        ended = _ended_children()
+        ended = _fold_ended()
         totals: dict[SeriesId, SeriesTotal] = {
             series_id: _copy(total) for series_id, total in _folded.items() if series_id[0] == token
         }
         for child in _children:
             _add_all(totals, _read(child, token), token)
-        for child in ended:
-            _children.remove(child)
-            _dropped[0] += child.reader.dropped_series
-            _add_all(_folded, child.last, None)
     for child in ended:
         child.reader.release()
     return totals
+
+
+def _fold_ended() -> list[_Child]:
+    """Under `_lock`: fold the children that ended into `_folded` and take their last
+    span records; return them, to be released outside the lock."""
+    ended = _ended_children()
+    for child in ended:
+        _children.remove(child)
+        _dropped[0] += child.reader.dropped_series
+        _add_all(_folded, child.last, None)
+        _taken_spans.extend(child.reader.take_records())
+        _spans_dropped[0] += _new_span_drops(child)
+    return ended
 
 
 def dropped_series() -> int:
@@ -299,10 +414,40 @@ def combine_gauges(mode: str, values: Iterable[tuple[Any, int]]) -> tuple[Any, i
     return max(pairs, key=lambda pair: pair[1])
 
 
+class _SpanDrainer:
+    """The parent's daemon thread that takes its children's span records every
+    `SPAN_DRAIN_INTERVAL_S` while any trace pipeline built here takes them."""
+
+    def __init__(self) -> None:
+        self.built = BuiltHere()
+        self.thread = threading.Thread(
+            target=self._run, name="nemo-lens-children-spans", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self) -> None:
+        stop = threading.Event()
+        while any(sink.built.here() for sink in list(_span_sinks.values())):
+            stop.wait(SPAN_DRAIN_INTERVAL_S)
+            try:
+                drain_spans()
+            except Exception as exc:  # a bad record or sink: the next round tries again
+                _warnings.failure("taking forked children's spans", exc, "they are retried")
+
+
+def _ensure_drainer() -> None:
+    global _drainer
+    drainer = _drainer
+    if drainer is not None and drainer.built.here() and drainer.thread.is_alive():
+        return
+    if any(sink.built.here() for sink in _span_sinks.values()):
+        _drainer = _SpanDrainer()
+
+
 def _before_fork() -> None:
     global _region_for_next_child
     _region_for_next_child = None
-    if any(pipeline.built.here() for pipeline in _pipelines.values()):
+    if _accepting_here():
         try:
             _region_for_next_child = new_region(os.getpid())
         except (OSError, ValueError):  # no memory for it: this child records nothing
@@ -315,11 +460,17 @@ def _after_fork_in_parent() -> None:
     if region is not None:
         with _lock:
             _children.append(_Child(RegionReader(region)))
+        _ensure_drainer()
 
 
 def _after_fork_in_child() -> None:
     global _region_for_next_child, _writer, _lock, _children, _folded, _dropped, _reader_pid
+    global _taken_spans, _spans_dropped, _drainer, _drain_lock
     region, _region_for_next_child = _region_for_next_child, None
+    _drain_lock = threading.RLock()  # the parent's drain thread may have held it
+    _taken_spans = []
+    _spans_dropped = [0]
+    _drainer = None
     # The parent's readers of its other children are the parent's (a collection may have
     # held the lock at the fork).
     _lock = threading.Lock()
@@ -334,7 +485,7 @@ def _after_fork_in_child() -> None:
 
 
 _fork_hooks.register(
-    "forked children's metrics",
+    "forked children",
     before=_before_fork,
     after_in_parent=_after_fork_in_parent,
     after_in_child=_after_fork_in_child,

@@ -1,4 +1,4 @@
-"""One forked child's series in memory its parent shares: the child writes, the parent reads.
+"""One forked child's telemetry in memory its parent shares: the child writes, the parent reads.
 
 The region is an anonymous shared mapping the parent makes just before the fork
 (`nemo.lens._forked_children`), so what the child writes is in the parent's
@@ -9,16 +9,23 @@ let go of them.
 Layout, in 8-byte words (`int64` or `float64` by field; x86-64 and arm64 store an aligned
 word at once):
 
-    header  MAGIC, creator pid, writer pid, end (first free word), dropped series
-    slot    words in the slot, meta bytes, meta (JSON, padded to a word), fields
+    header  MAGIC, creator pid, writer pid, end (first free series word), dropped series,
+            span bytes written, span bytes taken, dropped span records
+    series  slots: words in the slot, meta bytes, meta (JSON, padded to a word), fields
+    spans   a ring of records: bytes, pipeline token, payload (padded to a word)
 
 A slot is one series of one instrument: its fields hold the series' running state, so the
-region grows with series, never with records. The child appends a slot whole, then
+series area grows with series, never with records. The child appends a slot whole, then
 publishes it by moving `end`; the parent reads only up to `end`. Each slot's first field
 is a sequence number the child makes odd while it updates the fields and even after (a
 seqlock): the parent retries a read that saw it odd or changing, so it never takes half
-an update. Only one writer exists (the child, under its own lock); the parent never
-writes.
+an update.
+
+The span ring holds ended spans until the parent takes them: the child appends a record
+whole, then publishes it by adding its size to "written"; the parent reads records up to
+"written" and then moves "taken", which frees their room. A record that does not fit in
+the room left is dropped and counted. The child is the only writer of everything but
+"taken", which only the parent writes.
 """
 
 from __future__ import annotations
@@ -35,13 +42,19 @@ from typing import Any, Final
 
 from nemo.lens.instruments._series import SeriesAttributes, series_key, typed_series_key
 
-#: Bytes reserved per child. Virtual: the kernel backs only the pages a child writes.
+#: Bytes reserved per child for its series. Virtual: the kernel backs only the pages a
+#: child writes.
 REGION_BYTES: Final = 4 * 1024 * 1024
-MAGIC: Final = 0x4C454E535345_0001  # "LENSSE", layout 1
+#: Bytes of the span ring that follows them (ended spans not yet taken by the parent).
+SPAN_RING_BYTES: Final = 4 * 1024 * 1024
+MAGIC: Final = 0x4C454E535345_0002  # "LENSSE", layout 2
 
 # Header words.
-_MAGIC, _CREATOR, _WRITER, _END, _DROPPED = range(5)
+_MAGIC, _CREATOR, _WRITER, _END, _DROPPED, _SPANS_WRITTEN, _SPANS_TAKEN, _SPANS_DROPPED = range(8)
 HEADER_WORDS: Final = 8
+_SERIES_WORDS: Final = REGION_BYTES // 8
+_RING_START: Final = REGION_BYTES  # byte offset of the span ring
+_RECORD_HEADER: Final = 16  # bytes, then token: two words before the payload
 
 # Field layouts (offsets from a slot's first field, which is the sequence number).
 _SEQ = 0
@@ -62,7 +75,7 @@ _NO_ATTRIBUTES: Final[frozenset[Any]] = frozenset()
 
 def new_region(creator_pid: int) -> mmap.mmap:
     """A zeroed region, shared with every child forked after this call."""
-    region = mmap.mmap(-1, REGION_BYTES)
+    region = mmap.mmap(-1, REGION_BYTES + SPAN_RING_BYTES)
     words = memoryview(region).cast("q")
     words[_MAGIC] = MAGIC
     words[_CREATOR] = creator_pid
@@ -119,6 +132,23 @@ class RegionWriter:
             return writer.set
         return writer.add
 
+    def append_record(self, token: int, payload: bytes) -> bool:
+        """Append one span record of pipeline `token` to the ring; False (and counted)
+        when the room the parent has not taken back yet is too small."""
+        size = _RECORD_HEADER + -(-len(payload) // 8) * 8
+        words = self._words
+        with self._lock:
+            written = int(words[_SPANS_WRITTEN])
+            if written + size - int(words[_SPANS_TAKEN]) > SPAN_RING_BYTES:
+                words[_SPANS_DROPPED] += 1
+                return False
+            at = written % SPAN_RING_BYTES  # a word boundary: the header never wraps
+            words[(_RING_START + at) // 8] = len(payload)
+            words[(_RING_START + at) // 8 + 1] = token
+            _ring_write(self._region, (at + _RECORD_HEADER) % SPAN_RING_BYTES, payload)
+            words[_SPANS_WRITTEN] = written + size  # published: the parent may take it
+        return True
+
     def allocate(
         self,
         meta: InstrumentMeta,
@@ -142,7 +172,7 @@ class RegionWriter:
             if known is not None:
                 return known
             start = words[_END]
-            if start + size > len(words):
+            if start + size > _SERIES_WORDS:
                 words[_DROPPED] += 1
                 fields[key] = -1
                 return -1
@@ -238,6 +268,23 @@ class _SeriesWriter:
             words[field] += 1
 
 
+def _ring_write(region: mmap.mmap, at: int, payload: bytes) -> None:
+    """Copy `payload` into the span ring from ring offset `at`, wrapping at its end."""
+    first = min(len(payload), SPAN_RING_BYTES - at)
+    region[_RING_START + at : _RING_START + at + first] = payload[:first]
+    if first < len(payload):
+        region[_RING_START : _RING_START + len(payload) - first] = payload[first:]
+
+
+def _ring_read(region: mmap.mmap, at: int, length: int) -> bytes:
+    """`length` bytes of the span ring from ring offset `at`, wrapping at its end."""
+    first = min(length, SPAN_RING_BYTES - at)
+    data = region[_RING_START + at : _RING_START + at + first]
+    if first < length:
+        data += region[_RING_START : _RING_START + length - first]
+    return data
+
+
 def _key_or_none(attributes: Mapping[str, object]) -> frozenset[Any] | None:
     try:
         return series_key(attributes)
@@ -316,6 +363,28 @@ class RegionReader:
     def dropped_series(self) -> int:
         """Series the child could not keep because the region was full."""
         return int(self._words[_DROPPED])
+
+    @property
+    def dropped_span_records(self) -> int:
+        """Span records the child dropped because the ring was full."""
+        return int(self._words[_SPANS_DROPPED])
+
+    def take_records(self) -> list[tuple[int, bytes]]:
+        """The span records (token, payload) published since the last call, oldest first;
+        their room goes back to the child."""
+        words = self._words
+        taken = int(words[_SPANS_TAKEN])
+        written = int(words[_SPANS_WRITTEN])
+        records = []
+        while taken < written:
+            at = taken % SPAN_RING_BYTES
+            length = int(words[(_RING_START + at) // 8])
+            token = int(words[(_RING_START + at) // 8 + 1])
+            start = (at + _RECORD_HEADER) % SPAN_RING_BYTES
+            records.append((token, _ring_read(self._region, start, length)))
+            taken += _RECORD_HEADER + -(-length // 8) * 8
+        words[_SPANS_TAKEN] = taken  # the parent's one write
+        return records
 
     def refresh(self) -> list[SlotInfo]:
         """Decode the slots published since the last call; return every slot."""

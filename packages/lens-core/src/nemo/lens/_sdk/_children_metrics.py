@@ -111,6 +111,8 @@ class ChildrenMerge:
         self._reported: dict[SeriesId, tuple[int, tuple[Any, ...]]] = {}
         # The parent's own gauge values at the previous collection ("last" mode).
         self._parent_gauges: dict[tuple[Scope, str, frozenset[Any]], object] = {}
+        # Series children dropped (their region was full) before this pipeline's last look.
+        self._dropped_seen = _forked_children.dropped_series()
         # Instruments whose children's series did not fit the SDK's, to warn about.
         self._unmergeable: list[tuple[str, str]] = []
         # One collection of this reader at a time (a scrape may meet a shutdown's).
@@ -120,7 +122,9 @@ class ChildrenMerge:
         """`data` with the children's series added; `data` itself when there are none."""
         try:
             totals = _forked_children.collect(self._token)
-            if _forked_children.dropped_series():
+            dropped = _forked_children.dropped_series()
+            if dropped > self._dropped_seen:  # new drops since this pipeline began
+                self._dropped_seen = dropped
                 _warnings.warn(
                     "region full",
                     "a forked child recorded more series than its shared region holds "

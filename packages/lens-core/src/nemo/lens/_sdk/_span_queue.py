@@ -12,17 +12,22 @@ a gate; the log side (`nemo.lens._sdk._logging`) builds its own on the same gate
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from nemo.lens import _fork_hooks, _otel_env
+from nemo.lens import _fork_hooks, _forked_children, _otel_env
 from nemo.lens._process import BuiltHere
+from nemo.lens._sdk import _children_spans
+from nemo.lens._shared_region import SPAN_RING_BYTES
+from nemo.lens._warn_once import WarnOnce
 from nemo.lens.version import __version__
 
 if TYPE_CHECKING:
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
 
 
 _logger = logging.getLogger(__name__)
+_warnings = WarnOnce(_logger, "nemo.lens span queue")
 
 #: The counter of spans lens refused because the batch queue was full.
 DROPPED_SPANS_METRIC: Final = "nemo.lens.spans.dropped"
@@ -103,6 +109,7 @@ class QueueGate:
         self._admitted = 0
         self._handed = 0
         self._dropped = 0
+        self._child_drops = 0
         self._closed = False
         self._drained = False
         self._reported = False
@@ -145,6 +152,18 @@ class QueueGate:
         with self._lock:
             self._handed += count
 
+    def count_child_drops(self, count: int) -> None:
+        """`count` items ended in forked children were dropped before this process took
+        them (a child's ring was full): counted like refusals, reported apart."""
+        with self._lock:
+            self._child_drops += count
+        on_drop = self.on_drop
+        if on_drop is not None:
+            try:
+                on_drop(count)
+            except Exception as exc:
+                _logger.debug("counting a dropped item failed: %s: %s", type(exc).__name__, exc)
+
     def close(self) -> None:
         """The processor is shutting down: admit nothing more."""
         self._closed = True
@@ -175,6 +194,16 @@ class QueueGate:
         with self._lock:
             dropped = self._dropped
             lost = self._admitted - self._handed if self._drained else 0
+            child_drops = self._child_drops
+        if child_drops:
+            _logger.warning(
+                "%d %s(s) ended in forked children were dropped because a child's ring "
+                "(%d bytes) was full before this process took them (counted in %s)",
+                child_drops,
+                self.kind.item,
+                SPAN_RING_BYTES,
+                self.kind.metric,
+            )
         total = dropped + max(0, lost)
         if total:
             kind = self.kind
@@ -192,7 +221,7 @@ class QueueGate:
                 kind.variables,
                 kind.variables,
             )
-        return total
+        return total + child_drops
 
 
 _live_gates: weakref.WeakSet[QueueGate] = weakref.WeakSet()
@@ -224,7 +253,9 @@ def add_gated_batch_processor(
     """
     gate = QueueGate(settings.max_queue_size, built, SPAN_QUEUE)
     gate.count_drops_on(meter_provider, instrumentation_scope)
-    tracer_provider.add_span_processor(build_gated_batch_processor(exporter, settings, gate))
+    processor = build_gated_batch_processor(exporter, settings, gate)
+    processor.take_children_spans(tracer_provider.resource)
+    tracer_provider.add_span_processor(processor)
     return gate
 
 
@@ -278,7 +309,18 @@ class QueueGated:
 
 
 class QueueGatedSpanProcessor(QueueGated, SpanProcessor):
-    """The batch span processor `batch`, entered only through `gate`."""
+    """The batch span processor `batch`, entered only through `gate`; in a forked child,
+    sampled spans go to the child's region for the parent instead (once
+    `take_children_spans` made this pipeline take them)."""
+
+    _children_token: int | None = None
+    _resource: Resource | None = None
+
+    def take_children_spans(self, resource: Resource) -> None:
+        """Queue here the spans forked children end on this pipeline, as spans of
+        `resource` (the pipeline's)."""
+        self._resource = resource
+        self._children_token = _forked_children.accept_spans(self._deliver_childrens)
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         self._batch.on_start(span, parent_context=parent_context)
@@ -288,13 +330,52 @@ class QueueGatedSpanProcessor(QueueGated, SpanProcessor):
         if context is None or not context.trace_flags.sampled:
             # The processor ignores it without queueing it.
             self._batch.on_end(span)
+        elif not self._gate._in_owner and self._to_parent(span):
+            return
         elif self._gate.admit():
             self._batch.on_end(span)
+
+    def _to_parent(self, span: ReadableSpan) -> bool:
+        """In a forked child: write `span` for the parent; False where it does not take
+        this child's spans (the batch processor then drops it at export, as before)."""
+        token = self._children_token
+        if token is None:
+            return False
+        try:
+            payload = _children_spans.encode_span(span, os.getpid())
+        except Exception as exc:  # an attribute with no JSON form: this span is lost
+            _warnings.failure("encoding a span for the parent process", exc, "it was dropped")
+            return True
+        return _forked_children.write_span(token, payload) is not None
+
+    def _deliver_childrens(self, payloads: list[bytes], dropped: int) -> None:
+        """In the parent: queue the spans children wrote, count the ones they dropped."""
+        if dropped:
+            self._gate.count_child_drops(dropped)
+        for payload in payloads:
+            try:
+                span = _children_spans.decode_span(payload, self._resource or Resource.get_empty())
+            except Exception as exc:
+                _warnings.failure("decoding a forked child's span", exc, "it was dropped")
+                continue
+            self.on_end(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        if self._gate._in_owner:
+            _forked_children.drain_spans()  # the children's ended spans are this flush's too
+        return super().force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        if self._gate._in_owner and not self._gate.closed:
+            _forked_children.drain_spans()
+        if self._children_token is not None and self._gate._in_owner:
+            _forked_children.stop_accepting(self._children_token)
+        super().shutdown()
 
 
 def build_gated_batch_processor(
     exporter: SpanExporter, settings: _otel_env.BatchSpanSettings, gate: QueueGate
-) -> SpanProcessor:
+) -> QueueGatedSpanProcessor:
     """An SDK `BatchSpanProcessor` sized by `settings`, behind `gate`.
 
     The processor exports through a `QueueCountingExporter` of `exporter`, which tells the

@@ -267,8 +267,13 @@ def integrations(session: nox.Session) -> None:
 
 @nox.session(name="integrations-torch", python=TORCH_PYTHON)
 def integrations_torch(session: nox.Session) -> None:
-    """broadcast_trace_context over torch.distributed (gloo, 2 processes); opt-in."""
+    """broadcast_trace_context over torch.distributed (gloo, 2 processes), a DataLoader's
+    forked workers reporting to the parent, and the docs' DataLoader example; opt-in."""
     run_integration_tests(session, "torch")
+    session.run(
+        "python", "-m", "pytest", "tests/test_docs_examples.py", "-k", "Tokenized",
+        env={"LENS_TEST_INSTALL": "editable"},
+    )  # fmt: skip
 
 
 @nox.session

@@ -122,6 +122,14 @@ RUNS = [
         needs=(CONSOLE, "google.protobuf", "opentelemetry.proto"),
     ),
     Run(
+        "docs/exporters.md",
+        "class Tokenized(Dataset):",
+        # Four forked DataLoader workers record; the parent exports (issue 24). Runs where
+        # torch is installed: the integrations-torch session.
+        prints=('"loader.items"', '"asInt":"64"'),
+        needs=("torch", CONSOLE),
+    ),
+    Run(
         "docs/configuration.md",
         'config.service_name = "my-trainer"',
         given="rank, world_size = 0, 1",

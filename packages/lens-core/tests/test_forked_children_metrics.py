@@ -528,3 +528,27 @@ def test_series_beyond_a_full_region_are_dropped_with_one_warning(
     full = [r for r in caplog.records if "more series than its shared region" in r.getMessage()]
     assert len(full) == 1
     handle.shutdown()
+
+
+def test_instruments_only_children_recorded_share_their_scope() -> None:
+    """Two instruments only children recorded, on one meter (no version, no schema URL):
+    one scope holds both in the collection, as the SDK would give them (an encoder keyed
+    by scope keeps one entry per scope: a second one would replace the first)."""
+    handle, reader = in_memory_handle()
+    children = Children()
+
+    def record(child: int) -> None:
+        record_metrics(nemo.lens.get_meter("loader.scope"), "fc", adds=2, lat=3.0)
+
+    children.fork(0, record, "os._exit")
+    assert children.reap() == [0]
+    data = reader.get_metrics_data()
+    assert data is not None
+    scopes = [
+        (scope_metrics.scope.name, sorted(metric.name for metric in scope_metrics.metrics))
+        for resource_metrics in data.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        if scope_metrics.scope.name == "loader.scope"
+    ]
+    assert scopes == [("loader.scope", ["fc.adds", "fc.lat"])]
+    handle.shutdown()

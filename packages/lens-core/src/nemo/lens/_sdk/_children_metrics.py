@@ -176,7 +176,11 @@ class ChildrenMerge:
         added_any = False
         for (scope, name), series in by_metric.items():
             position = next(
-                (at for at, scope_metrics in enumerate(scopes) if _scope(scope_metrics) == scope),
+                (
+                    at
+                    for at, scope_metrics in enumerate(scopes)
+                    if _scope(scope_metrics) == _same_scope(scope)
+                ),
                 None,
             )
             if position is None:
@@ -343,7 +347,14 @@ _NOTHING = object()
 
 def _scope(scope_metrics: ScopeMetrics) -> Scope:
     scope = scope_metrics.scope
-    return (scope.name, scope.version, scope.schema_url)
+    return _same_scope((scope.name, scope.version, scope.schema_url))
+
+
+def _same_scope(scope: Scope) -> Scope:
+    """`scope` as compared: a missing version or schema URL is None, whether a meter or
+    the SDK's `InstrumentationScope` (which keeps "" for a missing schema URL) holds it."""
+    name, version, schema_url = scope
+    return (name, version or None, schema_url or None)
 
 
 def _same_shape(metric: Metric, kind: str, bounds: Sequence[float] | None) -> bool:

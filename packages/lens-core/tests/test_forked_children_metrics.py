@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import select
 import signal
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -39,6 +40,7 @@ from nemo.lens import (
 )
 from nemo.lens._sdk._views import ADVISORY_SUFFICES
 from nemo.lens.errors import LensError
+from nemo.lens.instruments._spec import SDK_DEFAULT_BUCKETS
 from nemo.lens.testing import isolated_telemetry
 
 pytestmark = [
@@ -553,3 +555,128 @@ def test_instruments_only_children_recorded_share_their_scope() -> None:
     ]
     assert scopes == [("loader.scope", ["fc.adds", "fc.lat"])]
     handle.shutdown()
+
+
+def test_children_bucket_by_the_sdks_own_default_boundaries() -> None:
+    """A histogram declared without buckets: the boundaries children bucket by are the
+    ones the SDK collects the parent's values with (else they could never be merged)."""
+    register_metric_group("plain", [MetricSpec("h", "plain.h", "histogram")])
+    handle, reader = in_memory_handle()
+    record_metrics(handle.meter, "plain", h=1.0)
+    data = reader.get_metrics_data()
+    assert data is not None
+    bounds = [
+        list(point.explicit_bounds)  # type: ignore[union-attr]
+        for resource_metrics in data.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        for metric in scope_metrics.metrics
+        if metric.name == "plain.h"
+        for point in metric.data.data_points
+    ]
+    assert bounds == [list(SDK_DEFAULT_BUCKETS)]
+    handle.shutdown()
+
+
+def test_children_bucketing_one_histogram_differently_leave_the_rest_merged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two groups declare fc.lat with other buckets; a child keeps one instrument per name
+    (its first declaration's buckets), and children whose first declarations differ
+    cannot be added: the later one's fc.lat is left out with one warning, and every
+    other series of every child is still merged."""
+    register_metric_group("other", [MetricSpec("lat", "fc.lat", "histogram", buckets=(5.0,))])
+    handle, reader = in_memory_handle()
+    children = Children()
+
+    def first_fc(child: int) -> None:
+        record_metrics(handle.meter, "fc", lat=2.0, adds=1)
+        record_metrics(handle.meter, "other", lat=7.0)  # same instrument: the first's buckets
+
+    def first_other(child: int) -> None:
+        record_metrics(handle.meter, "other", lat=7.0)
+        record_metrics(handle.meter, "fc", adds=1)
+
+    children.fork(0, first_fc, "os._exit")
+    children.fork(1, first_other, "os._exit")
+    assert children.reap() == [0, 0]
+    with caplog.at_level("WARNING", logger="nemo.lens"):
+        data = reader.get_metrics_data()
+        reader.get_metrics_data()
+    found: dict[str, Any] = {}
+    for resource_metrics in data.resource_metrics if data is not None else ():
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                for point in metric.data.data_points:
+                    found[metric.name] = point
+    assert found["fc.adds"].value == 2
+    assert (found["fc.lat"].count, list(found["fc.lat"].explicit_bounds)) == (2, list(BOUNDS))
+    warned = [r for r in caplog.records if "'fc.lat' were not exported" in r.getMessage()]
+    assert len(warned) == 1
+    handle.shutdown()
+
+
+def test_concurrent_delta_collections_never_report_a_negative_delta() -> None:
+    """Two threads collect a delta reader while a child adds nonstop: every point is
+    positive and the points add up to the child's total."""
+    handle, reader = in_memory_handle(
+        preferred_temporality=dict.fromkeys(_sdk_instrument_classes(), AggregationTemporality.DELTA)
+    )
+    children = Children()
+
+    def add_nonstop(child: int) -> None:
+        for _ in range(20_000):
+            record_metrics(handle.meter, "fc", adds=1, attributes={"series": 0})
+
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def collect_nonstop() -> None:
+        while not stop.is_set():
+            value = sdk_points(reader.get_metrics_data()).get(("fc.adds", 0))
+            if value is not None:
+                seen.append(value)
+
+    threads = [threading.Thread(target=collect_nonstop) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        children.fork(0, add_nonstop, "os._exit")
+        assert children.reap() == [0]
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    value = sdk_points(reader.get_metrics_data()).get(("fc.adds", 0))
+    if value is not None:
+        seen.append(value)
+    assert [value for value in seen if value <= 0] == []
+    assert sum(seen) == 20_000
+    handle.shutdown()
+
+
+def test_a_region_whose_fork_failed_is_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPython runs the after-fork hooks in the parent when fork() fails: the region made
+    for the child that never came is released once UNSTARTED_CHILD_S passed."""
+    handle, reader = in_memory_handle()
+    _forked_children._before_fork()
+    _forked_children._after_fork_in_parent()  # as after a failed fork: no child writes
+    assert len(_forked_children._children) == 1
+    reader.get_metrics_data()
+    assert len(_forked_children._children) == 1  # not yet: a child may be starting
+    monkeypatch.setattr(_forked_children, "UNSTARTED_CHILD_S", 0.0)
+    reader.get_metrics_data()
+    assert _forked_children._children == []
+    handle.shutdown()
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["_shared_region", "_forked_children", "_sdk._children_metrics", "_sdk._children_spans"],
+)
+def test_each_new_module_imports_first(module: str) -> None:
+    """Imported before anything else of nemo.lens (an import cycle would fail here)."""
+    from lens_children import run_python
+
+    result = run_python("-c", f"import nemo.lens.{module}")
+    assert result.returncode == 0, result.stderr

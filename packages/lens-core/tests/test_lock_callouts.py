@@ -237,9 +237,10 @@ _NOT_WALKED: dict[tuple[str, str], str] = {
         "re-entrant, never taken by recording, and replaced in a forked child"
     ),
     ("_sdk/_children_metrics.py", "_lock"): (
-        "one merge of a reader's collection at a time: held while the collected points "
-        "are rebuilt with the children's (SDK data classes only); its warnings are logged "
-        "after it is released"
+        "one merge of a reader's collection at a time: held while the children's totals "
+        "are read (taking _forked_children's lock, a leaf) and the collected points are "
+        "rebuilt with them (SDK data classes only); its warnings are logged after it is "
+        "released"
     ),
     ("_fork_hooks.py", "hold_lock"): "not a lock: the default factory of a child's lock",
 }

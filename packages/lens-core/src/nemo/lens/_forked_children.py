@@ -27,24 +27,18 @@ region would be its parent's, which exports nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from nemo.lens import _fork_hooks
+from nemo.lens import _fork_hooks, _shared_region
 from nemo.lens._process import BuiltHere
-from nemo.lens._shared_region import (
-    InstrumentMeta,
-    RegionReader,
-    RegionWriter,
-    SlotInfo,
-    new_region,
-    region_creator,
-)
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.instruments._spec import SDK_DEFAULT_BUCKETS, MetricSpec
 
@@ -53,6 +47,8 @@ _warnings = WarnOnce(_logger, "nemo.lens forked children")
 
 #: A series across processes: (pipeline, scope, instrument name, kind, attribute key).
 SeriesId = tuple[int, tuple[str, str | None, str | None], str, str, frozenset[Any]]
+#: A slot as last read: the slot, the child's writes to it, its values.
+Snapshot = tuple["_shared_region.SlotInfo", int, tuple[Any, ...]]
 
 
 @dataclass(slots=True)
@@ -63,7 +59,7 @@ class SeriesTotal:
     histograms `(count, sum, min, max, buckets)`. `updates` counts every write.
     """
 
-    meta: InstrumentMeta
+    meta: _shared_region.InstrumentMeta
     attributes: dict[str, Any]
     updates: int
     values: tuple[Any, ...]
@@ -71,12 +67,14 @@ class SeriesTotal:
 
 @dataclass
 class _Child:
-    reader: RegionReader
+    reader: _shared_region.RegionReader
     #: The span records it dropped that the parent has counted.
     spans_dropped_seen: int = 0
+    #: When the fork made it (monotonic seconds).
+    created: float = field(default_factory=time.monotonic)
     #: Each series it published, with its snapshot at the last read (an ended child's
     #: final one).
-    last: dict[SeriesId, tuple[SlotInfo, int, tuple[Any, ...]]] = field(default_factory=dict)
+    last: dict[SeriesId, Snapshot] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,6 +93,9 @@ class _SpanSink:
 
 #: How often the parent takes its children's span records while any child lives.
 SPAN_DRAIN_INTERVAL_S: Final = 0.5
+#: A region whose child never wrote its pid this long after the fork is released (the
+#: fork failed: CPython runs the after-fork hooks in the parent all the same).
+UNSTARTED_CHILD_S: Final = 60.0
 
 # Pipelines whose children report, by token (the token travels in each slot's meta and
 # each span record).
@@ -109,19 +110,23 @@ _children: list[_Child] = []
 # not yet delivered.
 _taken_spans: list[tuple[int, bytes]] = []
 _spans_dropped = [0]
-# The parent's drain thread (None before one is needed).
+# The parent's drain thread (None before one is needed), and what wakes it to stop.
 _drainer: _SpanDrainer | None = None
+_wake_drainer = threading.Event()
 # Ended children's series, summed: id -> SeriesTotal.
 _folded: dict[SeriesId, SeriesTotal] = {}
+# Histograms children bucketed by different declarations, to warn about (by name).
+_conflicting: set[str] = set()
 # Series ended children could not keep (one mutable cell: no `global` in the folding).
 _dropped = [0]
-# Guards `_children` and `_folded` (collections run on reader threads; fork() appends).
-# Pure dict and list work under it: no logging, no SDK call.
+# Guards the children and what was taken from them (collections run on reader threads,
+# the drain on its own; fork() appends). Under it: reading the regions (their metas, the
+# ring's records) and asking the kernel whether a child ended; no logging, no SDK call.
 _lock = threading.Lock()
 # One drain at a time (re-entrant: a sink's SDK call may log, and a handler may flush).
 _drain_lock = threading.RLock()
 # In a child: its region's writer, and the pid of the parent that reads it.
-_writer: RegionWriter | None = None
+_writer: _shared_region.RegionWriter | None = None
 _reader_pid = 0
 
 
@@ -148,6 +153,8 @@ def stop_accepting(token: int) -> None:
     """The pipeline `token` is shut down: forget it, and every region once none is left."""
     _pipelines.pop(token, None)
     _span_sinks.pop(token, None)
+    if not _sinks_here():
+        _wake_drainer.set()
     if _accepting_here():
         return
     with _lock:
@@ -162,9 +169,8 @@ def stop_accepting(token: int) -> None:
 
 
 def _accepting_here() -> bool:
-    return any(pipeline.built.here() for pipeline in _pipelines.values()) or any(
-        sink.built.here() for sink in _span_sinks.values()
-    )
+    # Copies: a setup or shutdown on another thread may change the tables meanwhile.
+    return any(pipeline.built.here() for pipeline in list(_pipelines.values())) or _sinks_here()
 
 
 def write_span(token: int, payload: bytes) -> bool | None:
@@ -225,7 +231,7 @@ def parents_consumer() -> Any:
     takes this child's values; None elsewhere."""
     if _writer is None:
         return None
-    for pipeline in reversed(_pipelines.values()):
+    for pipeline in reversed(list(_pipelines.values())):
         consumer = pipeline.consumer()
         if consumer is not None and pipeline.built.pid == _reader_pid:
             return consumer
@@ -250,7 +256,7 @@ def child_recorder(consumer: object, meter: object, spec: MetricSpec) -> Callabl
     bounds = None
     if spec.kind == "histogram":
         bounds = tuple(spec.buckets) if spec.buckets is not None else SDK_DEFAULT_BUCKETS
-    meta = InstrumentMeta(
+    meta = _shared_region.InstrumentMeta(
         pipeline=token,
         scope=_scope_of(meter),
         name=spec.name,
@@ -266,7 +272,7 @@ def child_recorder(consumer: object, meter: object, spec: MetricSpec) -> Callabl
 def _token_of(consumer: object) -> int | None:
     if consumer is None:
         return None
-    for token, pipeline in _pipelines.items():
+    for token, pipeline in list(_pipelines.items()):
         if pipeline.consumer() is consumer and pipeline.built.pid == _reader_pid:
             return token
     return None
@@ -286,7 +292,9 @@ def collect(token: int) -> dict[SeriesId, SeriesTotal]:
     with _lock:
         ended = _fold_ended()
         totals: dict[SeriesId, SeriesTotal] = {
-            series_id: _copy(total) for series_id, total in _folded.items() if series_id[0] == token
+            series_id: dataclasses.replace(total)
+            for series_id, total in _folded.items()
+            if series_id[0] == token
         }
         for child in _children:
             _add_all(totals, _read(child, token), token)
@@ -300,11 +308,11 @@ def _fold_ended() -> list[_Child]:
     span records; return them, to be released outside the lock."""
     ended = _ended_children()
     for child in ended:
-        _children.remove(child)
         _dropped[0] += child.reader.dropped_series
         _add_all(_folded, child.last, None)
         _taken_spans.extend(child.reader.take_records())
         _spans_dropped[0] += _new_span_drops(child)
+        _children.remove(child)  # last: a failure above leaves it to the next round
     return ended
 
 
@@ -315,10 +323,12 @@ def dropped_series() -> int:
 
 
 def _read(
-    child: _Child, token: int | None = None
-) -> dict[SeriesId, tuple[SlotInfo, int, tuple[Any, ...]]]:
+    child: _Child, token: int | None = None, *, ended: bool = False
+) -> dict[SeriesId, Snapshot]:
     """Read `child`'s series (of pipeline `token` only, when given) into `child.last`;
-    a slot the child has not written since the last read keeps its snapshot."""
+    a slot the child has not written since the last read, or is writing right now (a
+    torn read would report a value twice or not at all), keeps its snapshot. `ended`: the
+    child has exited, this is its final read."""
     reader = child.reader
     last = child.last
     for slot in reader.refresh():
@@ -327,26 +337,30 @@ def _read(
         known = last.get(slot.series_id)
         if known is not None and reader.updates(slot) == known[1]:
             continue
-        last[slot.series_id] = (slot, *reader.read(slot))
+        snapshot = reader.read(slot, ended=ended)
+        if snapshot is not None:
+            last[slot.series_id] = (slot, *snapshot)
     return last
 
 
 def _ended_children() -> list[_Child]:
     """The children that have ended (their regions no longer change), oldest first.
 
-    A pid a newer child carries again (the kernel reused it) marks the older child ended.
+    A pid a newer child carries again (the kernel reused it) marks the older child ended,
+    and so does a region no child took within `UNSTARTED_CHILD_S` of the fork.
     """
-    newest_with_pid: dict[int, _Child] = {}
-    for child in _children:
-        pid = child.reader.writer_pid
-        if pid:
-            newest_with_pid[pid] = child
+    # Each pid read once: a child starting now writes its pid between two reads.
+    pids = [(child, child.reader.writer_pid) for child in _children]
+    newest_with_pid = {pid: child for child, pid in pids if pid}
     ended = []
-    for child in _children:
-        pid = child.reader.writer_pid
-        if pid and (newest_with_pid[pid] is not child or _has_ended(pid)):
-            _read(child)  # its final values
-            ended.append(child)
+    now = time.monotonic()
+    for child, pid in pids:
+        if pid:
+            if newest_with_pid[pid] is not child or _has_ended(pid):
+                _read(child, ended=True)  # its final values
+                ended.append(child)
+        elif now - child.created > UNSTARTED_CHILD_S:
+            ended.append(child)  # the fork failed, or the child died before it began
     return ended
 
 
@@ -361,13 +375,9 @@ def _has_ended(pid: int) -> bool:
     return status is not None
 
 
-def _copy(total: SeriesTotal) -> SeriesTotal:
-    return SeriesTotal(total.meta, total.attributes, total.updates, total.values)
-
-
 def _add_all(
     totals: dict[SeriesId, SeriesTotal],
-    snapshots: dict[SeriesId, tuple[SlotInfo, int, tuple[Any, ...]]],
+    snapshots: dict[SeriesId, Snapshot],
     token: int | None,
 ) -> None:
     """Add one child's `snapshots` (of pipeline `token`, or all) into `totals`."""
@@ -377,13 +387,26 @@ def _add_all(
         known = totals.get(series_id)
         if known is None:
             totals[series_id] = SeriesTotal(slot.meta, slot.attributes, updates, values)
+        elif known.meta.bounds != slot.meta.bounds:
+            # Two children bucketed one histogram by different declarations: the first
+            # one's stands (as in the SDK), the other's values cannot be added.
+            _conflicting.add(slot.meta.name)
         else:
             known.updates += updates
             known.values = combine(slot.meta, known.values, values)
 
 
+def conflicting_instruments() -> list[str]:
+    """The histograms whose values some child bucketed otherwise than the others (left
+    out), noted since the last call."""
+    with _lock:
+        names = sorted(_conflicting)
+        _conflicting.clear()
+    return names
+
+
 def combine(
-    meta: InstrumentMeta, first: tuple[Any, ...], second: tuple[Any, ...]
+    meta: _shared_region.InstrumentMeta, first: tuple[Any, ...], second: tuple[Any, ...]
 ) -> tuple[Any, ...]:
     """Two processes' values of one series as one (each kind's rule; see `SeriesTotal`)."""
     if meta.kind == "histogram":
@@ -426,13 +449,19 @@ class _SpanDrainer:
         self.thread.start()
 
     def _run(self) -> None:
-        stop = threading.Event()
-        while any(sink.built.here() for sink in list(_span_sinks.values())):
-            stop.wait(SPAN_DRAIN_INTERVAL_S)
+        # Until no child is left (the next fork starts another) or no pipeline takes spans.
+        while _children and _sinks_here():
+            _wake_drainer.wait(SPAN_DRAIN_INTERVAL_S)
+            if not _sinks_here():
+                return  # shut down: its last drain ran in the span processor's shutdown
             try:
                 drain_spans()
             except Exception as exc:  # a bad record or sink: the next round tries again
                 _warnings.failure("taking forked children's spans", exc, "they are retried")
+
+
+def _sinks_here() -> bool:
+    return any(sink.built.here() for sink in list(_span_sinks.values()))
 
 
 def _ensure_drainer() -> None:
@@ -440,7 +469,8 @@ def _ensure_drainer() -> None:
     drainer = _drainer
     if drainer is not None and drainer.built.here() and drainer.thread.is_alive():
         return
-    if any(sink.built.here() for sink in _span_sinks.values()):
+    if _sinks_here():
+        _wake_drainer.clear()
         _drainer = _SpanDrainer()
 
 
@@ -449,7 +479,7 @@ def _before_fork() -> None:
     _region_for_next_child = None
     if _accepting_here():
         try:
-            _region_for_next_child = new_region(os.getpid())
+            _region_for_next_child = _shared_region.new_region(os.getpid())
         except (OSError, ValueError):  # no memory for it: this child records nothing
             _region_for_next_child = None
 
@@ -459,7 +489,7 @@ def _after_fork_in_parent() -> None:
     region, _region_for_next_child = _region_for_next_child, None
     if region is not None:
         with _lock:
-            _children.append(_Child(RegionReader(region)))
+            _children.append(_Child(_shared_region.RegionReader(region)))
         _ensure_drainer()
 
 
@@ -471,6 +501,7 @@ def _after_fork_in_child() -> None:
     _taken_spans = []
     _spans_dropped = [0]
     _drainer = None
+    _conflicting.clear()
     # The parent's readers of its other children are the parent's (a collection may have
     # held the lock at the fork).
     _lock = threading.Lock()
@@ -480,8 +511,8 @@ def _after_fork_in_child() -> None:
     _writer = None
     _reader_pid = 0
     if region is not None:
-        _writer = RegionWriter(region)
-        _reader_pid = region_creator(region)
+        _writer = _shared_region.RegionWriter(region)
+        _reader_pid = _shared_region.region_creator(region)
 
 
 _fork_hooks.register(

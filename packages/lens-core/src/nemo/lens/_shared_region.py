@@ -7,7 +7,10 @@ or is killed, nothing is ever on disk, and the kernel frees the pages once both 
 let go of them.
 
 Layout, in 8-byte words (`int64` or `float64` by field; x86-64 and arm64 store an aligned
-word at once):
+word at once). The seqlock and the publishing below rely on the other process seeing the
+child's stores in the order it made them, which x86-64 guarantees; on weakly ordered CPUs
+(arm64) pure Python has no barrier to make sure of it, and a read may, rarely, see a
+sequence number before the fields it covers:
 
     header  MAGIC, creator pid, writer pid, end (first free series word), dropped series,
             span bytes written, span bytes taken, dropped span records
@@ -31,6 +34,7 @@ the room left is dropped and counted. The child is the only writer of everything
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import mmap
 import os
@@ -55,6 +59,9 @@ HEADER_WORDS: Final = 8
 _SERIES_WORDS: Final = REGION_BYTES // 8
 _RING_START: Final = REGION_BYTES  # byte offset of the span ring
 _RECORD_HEADER: Final = 16  # bytes, then token: two words before the payload
+# Records start at multiples of this (the header's size, which divides the ring's), so a
+# record's header never wraps around the ring's end; its payload may.
+_RECORD_ALIGN: Final = _RECORD_HEADER
 
 # Field layouts (offsets from a slot's first field, which is the sequence number).
 _SEQ = 0
@@ -116,16 +123,19 @@ class RegionWriter:
         self._words = memoryview(region).cast("q")
         self._floats = memoryview(region).cast("d")
         self._lock = threading.Lock()
-        self._instruments: dict[InstrumentMeta, _SeriesWriter] = {}
+        self._instruments: dict[tuple[Any, ...], _SeriesWriter] = {}
         self._words[_WRITER] = os.getpid()
 
     def instrument(self, meta: InstrumentMeta) -> Callable[..., None]:
         """The record method (`(value, attributes)`, as the SDK's) of one instrument; one
         instrument's series keep their slots however many meters ask for it."""
+        # One instrument per name and kind, as the SDK has: the first declaration's unit,
+        # buckets and mode stand (two slots of one series would hide each other).
+        key = (meta.pipeline, meta.scope, meta.name, meta.kind)
         with self._lock:
-            writer = self._instruments.get(meta)
+            writer = self._instruments.get(key)
             if writer is None:
-                writer = self._instruments[meta] = _SeriesWriter(self, meta)
+                writer = self._instruments[key] = _SeriesWriter(self, meta)
         if meta.kind == "histogram":
             return writer.record
         if meta.kind == "gauge":
@@ -135,14 +145,14 @@ class RegionWriter:
     def append_record(self, token: int, payload: bytes) -> bool:
         """Append one span record of pipeline `token` to the ring; False (and counted)
         when the room the parent has not taken back yet is too small."""
-        size = _RECORD_HEADER + -(-len(payload) // 8) * 8
+        size = _record_size(len(payload))
         words = self._words
         with self._lock:
             written = int(words[_SPANS_WRITTEN])
             if written + size - int(words[_SPANS_TAKEN]) > SPAN_RING_BYTES:
                 words[_SPANS_DROPPED] += 1
                 return False
-            at = written % SPAN_RING_BYTES  # a word boundary: the header never wraps
+            at = written % SPAN_RING_BYTES  # a multiple of _RECORD_ALIGN
             words[(_RING_START + at) // 8] = len(payload)
             words[(_RING_START + at) // 8 + 1] = token
             _ring_write(self._region, (at + _RECORD_HEADER) % SPAN_RING_BYTES, payload)
@@ -160,7 +170,7 @@ class RegionWriter:
         appended for it unless a thread just did, or -1 when the region is full (the
         series is counted as dropped)."""
         encoded = _encode_meta(meta, attributes)
-        meta_words = -(-len(encoded) // 8)
+        meta_words = _words_for(len(encoded))
         if meta.kind == "histogram":
             field_words = _BUCKETS + len(meta.bounds or ()) + 1
         else:
@@ -236,7 +246,7 @@ class _SeriesWriter:
         if field < 0:
             return
         words = self._words
-        now = time_ns()
+        now = monotonic_ns()
         with self._lock:
             words[field] += 1
             if type(value) is int:
@@ -268,6 +278,16 @@ class _SeriesWriter:
             words[field] += 1
 
 
+def _words_for(length: int) -> int:
+    """The 8-byte words `length` bytes take."""
+    return -(-length // 8)
+
+
+def _record_size(length: int) -> int:
+    """The ring bytes a span record with a `length`-byte payload takes."""
+    return _RECORD_HEADER + -(-length // _RECORD_ALIGN) * _RECORD_ALIGN
+
+
 def _ring_write(region: mmap.mmap, at: int, payload: bytes) -> None:
     """Copy `payload` into the span ring from ring offset `at`, wrapping at its end."""
     first = min(len(payload), SPAN_RING_BYTES - at)
@@ -293,7 +313,7 @@ def _key_or_none(attributes: Mapping[str, object]) -> frozenset[Any] | None:
 
 
 #: The clock gauge values are ordered by: one per machine, shared by its processes.
-time_ns: Final = time.monotonic_ns
+monotonic_ns: Final = time.monotonic_ns
 
 
 def _encode_meta(meta: InstrumentMeta, attributes: Mapping[str, object] | None) -> bytes:
@@ -382,7 +402,7 @@ class RegionReader:
             token = int(words[(_RING_START + at) // 8 + 1])
             start = (at + _RECORD_HEADER) % SPAN_RING_BYTES
             records.append((token, _ring_read(self._region, start, length)))
-            taken += _RECORD_HEADER + -(-length // 8) * 8
+            taken += _record_size(length)
         words[_SPANS_TAKEN] = taken  # the parent's one write
         return records
 
@@ -396,7 +416,7 @@ class RegionReader:
             length = int(words[at + 1])
             first_byte = (at + 2) * 8
             meta, attributes = _decode_meta(bytes(self._region[first_byte : first_byte + length]))
-            field = at + 2 + -(-length // 8)
+            field = at + 2 + _words_for(length)
             series_id = (
                 meta.pipeline,
                 meta.scope,
@@ -414,10 +434,14 @@ class RegionReader:
         sequence = int(self._words[slot.field])
         return -1 if sequence % 2 else sequence // 2
 
-    def read(self, slot: SlotInfo) -> tuple[int, tuple[Any, ...]]:
+    def read(self, slot: SlotInfo, *, ended: bool = False) -> tuple[int, tuple[Any, ...]] | None:
         """The slot's updates and values, as one consistent snapshot (see the module
-        docstring). Values: sums (total,); gauges (value, set_at); histograms (count, sum,
-        min, max, bucket counts). `updates` counts the child's writes.
+        docstring), or None while the child was inside an update at every attempt. Values:
+        sums (total,); gauges (value, set_at); histograms (count, sum, min, max, bucket
+        counts). `updates` counts the child's finished writes.
+
+        With `ended` (the child has exited), a slot left inside an update (the child was
+        killed there) is taken as it is, counted as one more write.
         """
         words = self._words
         field = slot.field
@@ -427,7 +451,9 @@ class RegionReader:
                 values = self._fields(slot.meta, field)
                 if int(words[field]) == before:
                     return (before // 2, values)
-        return (int(words[field]) // 2, self._fields(slot.meta, field))
+        if ended:
+            return (int(words[field]) // 2 + 1, self._fields(slot.meta, field))
+        return None
 
     def _fields(self, meta: InstrumentMeta, field: int) -> tuple[Any, ...]:
         words = self._words
@@ -458,4 +484,5 @@ class RegionReader:
         """Let go of the region (the child's mapping, if it still lives, stays)."""
         self._words.release()
         self._floats.release()
-        self._region.close()
+        with contextlib.suppress(BufferError):  # a writer's view lives here: the GC unmaps
+            self._region.close()

@@ -121,34 +121,19 @@ class ChildrenMerge:
     def __call__(self, data: MetricsData | None) -> MetricsData | None:
         """`data` with the children's series added; `data` itself when there are none."""
         try:
-            totals = _forked_children.collect(self._token)
-            dropped = _forked_children.dropped_series()
-            if dropped > self._dropped_seen:  # new drops since this pipeline began
-                self._dropped_seen = dropped
-                _warnings.warn(
-                    "region full",
-                    "a forked child recorded more series than its shared region holds "
-                    "(%d bytes); the series beyond it are not exported",
-                    REGION_BYTES,
-                )
-            if not totals:
-                return data
+            # Read and merged under one lock: a collection that read older totals must not
+            # report after a newer one (its delta would be negative).
             with self._lock:
+                totals = _forked_children.collect(self._token)
                 now = time.time_ns()
+                merged = data
                 try:
-                    merged = self._merged(data, totals, now)
+                    if totals:
+                        merged = self._merged(data, totals, now)
                 finally:
                     self._previous_ns = now
                     unmergeable, self._unmergeable = self._unmergeable, []
-            for kind, name in unmergeable:  # logged outside the lock (a handler may record)
-                _warnings.warn(
-                    ("shape", name),
-                    "the forked children's values of %s %r were not exported: this "
-                    "process's pipeline aggregates that instrument differently (a view, or "
-                    "other bucket boundaries)",
-                    kind,
-                    name,
-                )
+            self._warn(unmergeable)  # outside the lock: a logging handler may record
             return merged
         except Exception as exc:  # never break the reader: the SDK's data still goes out
             _warnings.failure(
@@ -157,6 +142,28 @@ class ChildrenMerge:
                 "that collection holds this process's own series only",
             )
             return data
+
+    def _warn(self, unmergeable: list[tuple[str, str]]) -> None:
+        dropped = _forked_children.dropped_series()
+        if dropped > self._dropped_seen:  # new drops since this pipeline began
+            self._dropped_seen = dropped
+            _warnings.warn(
+                "region full",
+                "a forked child recorded more series than its shared region holds "
+                "(%d bytes); the series beyond it are not exported",
+                REGION_BYTES,
+            )
+        for name in _forked_children.conflicting_instruments():
+            unmergeable.append(("histogram", name))
+        for kind, name in unmergeable:
+            _warnings.warn(
+                ("shape", name),
+                "the forked children's values of %s %r were not exported: this process's "
+                "pipeline, or another child, aggregates that instrument differently (a "
+                "view, or other bucket boundaries)",
+                kind,
+                name,
+            )
 
     def _merged(
         self, data: MetricsData | None, totals: dict[SeriesId, SeriesTotal], now: int

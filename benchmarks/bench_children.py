@@ -26,6 +26,7 @@ import os
 import signal
 import statistics
 import struct
+import warnings
 from collections.abc import Callable
 
 from harness import Row, Timing, alternate, print_table, print_versions, ratio_row, timed_round
@@ -184,6 +185,9 @@ def region_bytes_per_series(meter: object) -> dict[str, float]:
 
 
 def main() -> int:
+    # Python 3.12+ warns at every fork of a threaded process; lens's fork hooks are what
+    # make that safe here, and the warning would only clutter the table.
+    warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=41)
     parser.add_argument("--number", type=int, default=1000)

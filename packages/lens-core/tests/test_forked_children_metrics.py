@@ -39,7 +39,6 @@ from nemo.lens import (
     setup_telemetry,
 )
 from nemo.lens._sdk._views import ADVISORY_SUFFICES
-from nemo.lens.errors import LensError
 from nemo.lens.instruments._spec import SDK_DEFAULT_BUCKETS
 from nemo.lens.testing import isolated_telemetry
 
@@ -489,22 +488,6 @@ def test_other_parent_buckets_leave_the_childrens_values_out_once_warned(
     warnings = [r for r in caplog.records if "forked children's values" in r.getMessage()]
     assert len(warnings) == 1
     handle.shutdown()
-
-
-# --- declaring how a gauge combines -------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", ["counter", "up_down_counter", "histogram"])
-def test_multiprocess_is_for_gauges_only(kind: str) -> None:
-    with pytest.raises(ValueError, match=r"MetricSpec\.multiprocess .*'gauge'") as info:
-        MetricSpec("x", "x.x", kind, multiprocess="max")
-    assert isinstance(info.value, LensError)
-
-
-@pytest.mark.parametrize("mode", ["latest", "", 3, "MAX"])
-def test_multiprocess_names_the_accepted_modes(mode: object) -> None:
-    with pytest.raises(ValueError, match=r"MetricSpec\.multiprocess .*'last', 'max', 'min', 'sum'"):
-        MetricSpec("x", "x.x", "gauge", multiprocess=mode)  # type: ignore[arg-type]
 
 
 def test_series_beyond_a_full_region_are_dropped_with_one_warning(

@@ -24,7 +24,6 @@ from nemo.lens import (
     NemoLensConfig,
     TelemetryHandle,
     _forked_children,
-    _shared_region,
     setup_telemetry,
 )
 from nemo.lens.testing import isolated_telemetry
@@ -205,36 +204,6 @@ def test_a_span_started_in_the_child_under_no_span_is_a_root_of_its_own() -> Non
     assert len(spans) == 3
     assert all(span.parent is None for span in spans)
     handle.shutdown()
-
-
-def test_the_span_ring_wraps_without_losing_or_garbling_a_record() -> None:
-    """Records of every size, written and taken in turns until the ring wrapped several
-    times (headers landing on its last bytes included), come back exactly, in order."""
-    region = _shared_region.new_region(os.getpid())
-    writer = _shared_region.RegionWriter(region)
-    reader = _shared_region.RegionReader(region)
-    ring = _shared_region.SPAN_RING_BYTES
-    sent: list[bytes] = []
-    received: list[tuple[int, bytes]] = []
-    size, written = 1, 0
-    while written < 3 * ring:
-        payload = bytes([len(sent) % 251]) * size
-        assert writer.append_record(7, payload)
-        sent.append(payload)
-        written += 16 + -(-size // 16) * 16
-        size = size * 7 % 9_973 + 1  # sizes 1..9,973, no pattern the ring lines up with
-        if len(sent) % 5 == 0:
-            received += reader.take_records()
-    received += reader.take_records()
-    assert received == [(7, payload) for payload in sent]
-    # A record whose header starts on the ring's last 16 bytes.
-    region_words = memoryview(region).cast("q")
-    start = (written // ring + 1) * ring - 16
-    region_words[5] = region_words[6] = start  # written, taken
-    assert writer.append_record(9, b"wraps")
-    assert reader.take_records() == [(9, b"wraps")]
-    region_words.release()
-    reader.release()
 
 
 def test_the_drain_thread_ends_with_the_pipeline() -> None:

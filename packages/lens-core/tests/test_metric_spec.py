@@ -210,3 +210,21 @@ def test_a_bucket_whose_repr_fails_still_gets_a_clear_error() -> None:
 
     with pytest.raises(TypeError, match=r"buckets\[0\] <Opaque with a failing repr> \(Opaque\)"):
         MetricSpec("t", "rl.t", "histogram", buckets=[Opaque()])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("kind", ["counter", "up_down_counter", "histogram"])
+def test_multiprocess_is_for_gauges_only(kind: str) -> None:
+    with pytest.raises(ValueError, match=r"MetricSpec\.multiprocess .*'gauge'") as info:
+        MetricSpec("x", "x.x", kind, multiprocess="max")
+    assert isinstance(info.value, LensError)
+
+
+@pytest.mark.parametrize("mode", ["latest", "", 3, "MAX"])
+def test_multiprocess_names_the_accepted_modes(mode: object) -> None:
+    with pytest.raises(ValueError, match=r"MetricSpec\.multiprocess .*'last', 'max', 'min', 'sum'"):
+        MetricSpec("x", "x.x", "gauge", multiprocess=mode)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", [None, "last", "max", "min", "sum"])
+def test_a_gauge_takes_each_multiprocess_mode(mode: str | None) -> None:
+    assert MetricSpec("x", "x.x", "gauge", multiprocess=mode).multiprocess == mode

@@ -493,7 +493,7 @@ def _after_fork_in_parent() -> None:
         _ensure_drainer()
 
 
-def _after_fork_in_child() -> None:
+def _after_fork_in_child() -> None:  # pragma: no cover - runs in children, untraced
     global _region_for_next_child, _writer, _lock, _children, _folded, _dropped, _reader_pid
     global _taken_spans, _spans_dropped, _drainer, _drain_lock
     region, _region_for_next_child = _region_for_next_child, None

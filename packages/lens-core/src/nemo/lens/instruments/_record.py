@@ -362,7 +362,7 @@ def _create_emitter(
     return entry
 
 
-def _child_emitter(
+def _child_emitter(  # pragma: no cover - runs in forked children, which coverage skips
     state: MetricGroup, cache: MeterCache, meter: Any, spec: MetricSpec
 ) -> Emitter | None:
     """In a forked child, the entry recording `spec` on `meter`, a meter of the parent's

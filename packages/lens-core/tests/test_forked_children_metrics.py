@@ -390,7 +390,7 @@ def test_a_fork_pool_reports_every_task_however_its_workers_end() -> None:
     handle, reader = in_memory_handle()
     items = range(1, 201)
     with multiprocessing.get_context("fork").Pool(4, maxtasksperchild=2) as pool:
-        pids = set(pool.map(pool_task, items, chunksize=5))
+        pids = set(pool.map_async(pool_task, items, chunksize=5).get(60))  # bounded
         pool.close()
         pool.join()
     assert len(pids) >= 20  # 40 chunks, 2 per worker: workers came and went

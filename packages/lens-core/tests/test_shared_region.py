@@ -17,7 +17,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.status import StatusCode
 
 from nemo.lens import (
@@ -148,11 +148,13 @@ def test_a_span_survives_encoding_whole() -> None:
     with (
         tracer.start_as_current_span("outer") as outer,
         tracer.start_as_current_span(
-            "inner", kind=SpanKind.CLIENT, attributes={"n": 1, "pair": (1, 2), "f": 0.5}
+            "inner",
+            kind=SpanKind.CLIENT,
+            attributes={"n": 1, "pair": (1, 2), "f": 0.5},
+            links=[Link(outer.get_span_context(), {"why": "because"})],
         ) as inner,
     ):
         inner.add_event("step", {"i": 3})
-        inner.add_link(outer.get_span_context(), {"why": "because"})
         inner.set_status(StatusCode.ERROR, "bad")
     span = next(s for s in exporter.get_finished_spans() if s.name == "inner")
     resource = provider.resource

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from lens_children import free_port
+from lens_fork import wait_for_child
 from lens_receivers import OtlpReceiver
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -136,6 +137,11 @@ def expected(children: range = range(CHILDREN)) -> dict[tuple[str, int], Any]:
     return totals
 
 
+def histogram_values(point: Any) -> tuple[Any, ...]:
+    """A histogram point (the SDK's or OTLP's) in the shape `expected` gives."""
+    return (point.count, point.sum, point.min, point.max, list(point.bucket_counts))
+
+
 def sdk_points(data: MetricsData | None) -> dict[tuple[str, int], Any]:
     """A collection's fc.* points, in the shape `expected` gives."""
     found: dict[tuple[str, int], Any] = {}
@@ -149,13 +155,7 @@ def sdk_points(data: MetricsData | None) -> dict[tuple[str, int], Any]:
                     key = (metric.name, point.attributes["series"])
                     assert key not in found, f"{key} exported twice in one collection"
                     if metric.name == "fc.lat":
-                        found[key] = (
-                            point.count,
-                            point.sum,
-                            point.min,
-                            point.max,
-                            list(point.bucket_counts),
-                        )
+                        found[key] = histogram_values(point)
                     else:
                         found[key] = point.value
     return found
@@ -213,7 +213,7 @@ class Children:
         """Wait for every ended child (bounded); return their wait statuses' signals/codes."""
         outcomes = []
         for pid in self.ended:
-            outcomes.append(_wait(pid))
+            outcomes.append(wait_for_child(pid, CHILD_WAIT_S))
         self.ended.clear()
         return outcomes
 
@@ -221,18 +221,6 @@ class Children:
 def _read_with_timeout(fd: int) -> bytes:
     ready, _, _ = select.select([fd], [], [], CHILD_WAIT_S)
     return os.read(fd, 1) if ready else b""
-
-
-def _wait(pid: int) -> int:
-    deadline = time.monotonic() + CHILD_WAIT_S
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail(f"child {pid} did not end within {CHILD_WAIT_S}s")
 
 
 def end_of(child: int) -> str:
@@ -313,13 +301,7 @@ def otlp_points(request: Any) -> dict[tuple[str, int], Any]:
                     key = (metric.name, attributes["series"].int_value)
                     assert key not in found
                     if kind == "histogram":
-                        found[key] = (
-                            point.count,
-                            point.sum,
-                            point.min,
-                            point.max,
-                            list(point.bucket_counts),
-                        )
+                        found[key] = histogram_values(point)
                     else:
                         found[key] = getattr(point, point.WhichOneof("value"))
     return found
@@ -429,7 +411,7 @@ def test_delta_readers_get_each_childs_values_once() -> None:
         assert _read_with_timeout(from_child[0]) == b"b"
         assert sdk_points(reader.get_metrics_data())["fc.adds", 0] == 3
     finally:
-        assert _wait(pid) == 0
+        assert wait_for_child(pid, CHILD_WAIT_S) == 0
         for fd in (*to_child, *from_child):
             os.close(fd)
     assert ("fc.adds", 0) not in sdk_points(reader.get_metrics_data())  # folded: not again

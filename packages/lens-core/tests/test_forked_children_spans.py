@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from lens_fork import wait_for_child
 from opentelemetry import trace
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
@@ -85,15 +86,7 @@ def fork_span_child(handle: TelemetryHandle, child: int, spans: int, end: str) -
 
 
 def reap(pid: int) -> int:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail(f"child {pid} did not end")
+    return wait_for_child(pid, WAIT_S)
 
 
 def child_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:

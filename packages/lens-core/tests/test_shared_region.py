@@ -41,6 +41,19 @@ def _isolated(clean_environ: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
+def kid_points(reader: InMemoryMetricReader) -> dict[str, Any]:
+    """One collection's kid.* points, by metric name (one series each here)."""
+    data = reader.get_metrics_data()
+    return {
+        metric.name: point
+        for resource_metrics in (data.resource_metrics if data else ())
+        for scope_metrics in resource_metrics.scope_metrics
+        for metric in scope_metrics.metrics
+        if metric.name.startswith("kid.")
+        for point in metric.data.data_points
+    }
+
+
 def meta(kind: str, name: str, token: int = 1, **fields: Any) -> InstrumentMeta:
     return InstrumentMeta(
         pipeline=token,
@@ -220,23 +233,12 @@ def test_the_parent_merges_and_folds_a_childs_region() -> None:
     assert writer.append_record(spans_token, _children_spans.encode_span(ended, 999))
     tracer_provider.shutdown()
 
-    def points() -> dict[str, Any]:
-        data = reader.get_metrics_data()
-        return {
-            metric.name: point
-            for resource_metrics in (data.resource_metrics if data else ())
-            for scope_metrics in resource_metrics.scope_metrics
-            for metric in scope_metrics.metrics
-            if metric.name.startswith("kid.")
-            for point in metric.data.data_points
-        }
-
-    first = points()
+    first = kid_points(reader)
     assert first["kid.adds"].value == 5
     assert (first["kid.lat"].count, list(first["kid.lat"].bucket_counts)) == (1, [0, 1, 0])
     assert first["kid.depth"].value == 4
     assert _forked_children._children == []  # folded: its writer (this process) ended
-    again = points()
+    again = kid_points(reader)
     assert again["kid.adds"].value == 5  # the folded total, once
     assert handle.force_flush()
     kid_spans = [span for span in spans.get_finished_spans() if span.name == "kid.span"]
@@ -327,25 +329,14 @@ def test_a_childs_series_add_into_the_parents_own(temporality: str) -> None:
         7, attributes
     )
 
-    def points() -> dict[str, Any]:
-        data = reader.get_metrics_data()
-        return {
-            metric.name: point
-            for resource_metrics in (data.resource_metrics if data else ())
-            for scope_metrics in resource_metrics.scope_metrics
-            for metric in scope_metrics.metrics
-            if metric.name.startswith("kid.")
-            for point in metric.data.data_points
-        }
-
-    first = points()
+    first = kid_points(reader)
     assert first["kid.adds"].value == 7
     lat = first["kid.lat"]
     assert (lat.count, lat.sum, lat.min, lat.max) == (2, 20.5, 0.5, 20.0)
     assert list(lat.bucket_counts) == [1, 0, 1]
     assert first["kid.depth"].value == 14
     assert first["kid.last"].value == 1  # the parent set it in this interval
-    second = points()
+    second = kid_points(reader)
     if temporality == "delta":
         assert "kid.adds" not in second  # nothing new from either side
     else:

@@ -43,14 +43,14 @@ def in_child(work: Callable[[], Any], timeout_s: float = CHILD_TIMEOUT_S) -> Any
     finally:
         os.close(read_fd)
     # One bound for the whole exchange; a second is grace for a child that is exiting.
-    exit_code = _wait_for_child(pid, max(deadline - time.monotonic(), 1.0))
+    exit_code = wait_for_child(pid, max(deadline - time.monotonic(), 1.0))
     report = json.loads(payload or b"{}")
     assert "error" not in report, report["error"]
     assert exit_code == 0, f"the child exited with {exit_code} and reported {payload!r}"
     return report["result"]
 
 
-def _wait_for_child(pid: int, timeout_s: float) -> int:
+def wait_for_child(pid: int, timeout_s: float) -> int:
     """Wait for a forked child with a bound; kill it and fail if it hangs. Returns its exit code."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

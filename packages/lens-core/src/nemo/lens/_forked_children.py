@@ -27,7 +27,6 @@ region would be its parent's, which exports nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
@@ -51,7 +50,7 @@ SeriesId = tuple[int, tuple[str, str | None, str | None], str, str, frozenset[An
 Snapshot = tuple["_shared_region.SlotInfo", int, tuple[Any, ...]]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class SeriesTotal:
     """One series summed over a pipeline's children, live and ended.
 
@@ -291,11 +290,8 @@ def collect(token: int) -> dict[SeriesId, SeriesTotal]:
     ended ones' folded in), read now; children found ended are folded and released."""
     with _lock:
         ended = _fold_ended()
-        totals: dict[SeriesId, SeriesTotal] = {
-            series_id: dataclasses.replace(total)
-            for series_id, total in _folded.items()
-            if series_id[0] == token
-        }
+        # Not copied: `_add_all` replaces a total it adds to, never changes one.
+        totals = {series_id: total for series_id, total in _folded.items() if series_id[0] == token}
         for child in _children:
             _add_all(totals, _read(child, token), token)
     for child in ended:
@@ -392,8 +388,12 @@ def _add_all(
             # one's stands (as in the SDK), the other's values cannot be added.
             _conflicting.add(slot.meta.name)
         else:
-            known.updates += updates
-            known.values = combine(slot.meta, known.values, values)
+            totals[series_id] = SeriesTotal(
+                known.meta,
+                known.attributes,
+                known.updates + updates,
+                combine(slot.meta, known.values, values),
+            )
 
 
 def conflicting_instruments() -> list[str]:

@@ -170,8 +170,8 @@ NEWEST_RELEASE_TESTS = tuple(
         "test_setup",
     )
 )
-# lens-core's extras every test cell installs: what the contrib tests need too.
-CORE_EXTRAS = "all,aiohttp,fastapi"
+# lens-core's extras every test cell installs: what the contrib and `lens view` tests need.
+CORE_EXTRAS = "all,aiohttp,fastapi,view"
 OTEL_PINNED = (
     "opentelemetry-api",
     "opentelemetry-sdk",
@@ -433,7 +433,9 @@ def run_core_tests(session: nox.Session, otel: str, *, check_coverage: bool) -> 
     env = {"LENS_TEST_SHIMS": "none", "LENS_TEST_INSTALL": install}
     pytest = ["python", "-m", "pytest", *XDIST, "packages/lens-core/tests", "tests"]
     if not check_coverage:
-        session.run(*pytest, "-m", ELSEWHERE, *session.posargs, env=env)
+        # The browser tests read back a page Plotly draws, the same in every cell: the
+        # coverage cell runs them (CI time).
+        session.run(*pytest, "-m", f"not browser and {ELSEWHERE}", *session.posargs, env=env)
         return
     coverage_file = pathlib.Path(session.create_tmp()) / ".coverage"
     env["COVERAGE_FILE"] = str(coverage_file)
@@ -844,11 +846,11 @@ def run_docs_build(session: nox.Session) -> None:
 
 
 def run_benchmarks(session: nox.Session, otel: str) -> None:
-    """Run every benchmarks/bench_*.py script against lens-core[sdk] (with the RL shim,
+    """Run every benchmarks/bench_*.py script against lens-core[sdk,view] (with the RL shim,
     which bench_shim.py measures) editable at one OpenTelemetry release. Posargs reach
     every script, so pass only options they all accept (or none)."""
     session.install(
-        "-e", f"{CORE}[sdk]", "-e", str(SHIMS["rl"]), *otel_pins(otel),
+        "-e", f"{CORE}[sdk,view]", "-e", str(SHIMS["rl"]), *otel_pins(otel),
         *COMPANION_PINS.get(otel, ()),
     )  # fmt: skip
     show_versions(session)

@@ -21,15 +21,15 @@ import importlib.util
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import lens_browser
 import pytest
-from lens_integrations import require, required_runtimes
+from lens_integrations import require
 from lens_markdown import code_blocks
 
 if TYPE_CHECKING:
@@ -105,22 +105,8 @@ def test_readme_starts_with_the_demo_and_the_test_command() -> None:
 # Browser windows the rendered check uses (width, height): a common laptop width, just above
 # the 1220 pixels from which Material shows both sidebars beside the page, and a wider one.
 WINDOWS = ((1280, 900), (1440, 900))
-# Seconds: the whole `mkdocs build`, and any one browser command (start, page load, script,
-# waiting for Material's script to add the copy buttons).
+# Seconds: the whole `mkdocs build` (any one browser command: lens_browser.BROWSER_TIMEOUT).
 BUILD_TIMEOUT = 180
-BROWSER_TIMEOUT = 30
-# Headless, as root in a container, without a GPU; every host name but 127.0.0.1 resolves
-# to nothing, so the page's web fonts fail at once and nothing leaves the machine (code
-# falls back to the system's monospace font, DejaVu Sans Mono on Debian, a hair wider than
-# Material's Roboto Mono, which keeps the check on the safe side).
-CHROMIUM_ARGUMENTS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--no-first-run",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-)
 # The copy button: Material 9.7+ puts its buttons in `.md-code__nav`, earlier releases place
 # a lone `.md-clipboard`; either sits absolutely in the block's top right corner.
 BUTTONS = ".md-code__nav, .md-clipboard"
@@ -249,20 +235,10 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def browser_programs() -> tuple[str, str]:
-    """Debian's chromium and chromedriver, with mkdocs and selenium to use them; skip
-    without any of them, unless the run requires chromium (LENS_TEST_REQUIRE), where a
-    missing chromium or chromedriver fails."""
+    """Debian's chromium and chromedriver, with mkdocs and selenium to use them (skipped or
+    failed as lens_browser.browser_programs says)."""
     require("mkdocs")
-    require("selenium")
-    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium is None or chromedriver is None:
-        found = {"chromium": chromium, "chromedriver": chromedriver}
-        missing = " or ".join(name for name, path in found.items() if path is None)
-        reason = f"no {missing} program on PATH (Debian: apt-get install chromium chromium-driver)"
-        if "chromium" in required_runtimes():
-            pytest.fail(f"LENS_TEST_REQUIRE lists chromium, but there is {reason}")
-        pytest.skip(f"{reason}; .ci/run installs them")
-    return chromium, chromedriver
+    return lens_browser.browser_programs()
 
 
 @pytest.fixture(scope="module")
@@ -303,38 +279,14 @@ def site_url(site: pathlib.Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(timeout=BROWSER_TIMEOUT)
+        thread.join(timeout=lens_browser.BROWSER_TIMEOUT)
 
 
 @pytest.fixture(scope="module")
 def browser(browser_programs: tuple[str, str]) -> Iterator[WebDriver]:
-    """Headless Chromium driven through Debian's chromedriver; every command is bounded by
-    BROWSER_TIMEOUT, and both processes are stopped afterwards."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.remote.client_config import ClientConfig
-
-    chromium, chromedriver = browser_programs
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in CHROMIUM_ARGUMENTS:
-        options.add_argument(argument)
-    service = Service(executable_path=chromedriver, log_output=subprocess.DEVNULL)
-    service.start()
-    try:
-        driver = webdriver.Remote(
-            command_executor=service.service_url,
-            options=options,
-            client_config=ClientConfig(service.service_url, timeout=BROWSER_TIMEOUT),
-        )
-        try:
-            driver.set_page_load_timeout(BROWSER_TIMEOUT)
-            driver.set_script_timeout(BROWSER_TIMEOUT)
-            yield driver
-        finally:
-            driver.quit()
-    finally:
-        service.stop()
+    """Headless Chromium driven through Debian's chromedriver (lens_browser)."""
+    with lens_browser.chromium_driver(browser_programs) as driver:
+        yield driver
 
 
 def _page_url(page: pathlib.Path) -> str:
@@ -347,7 +299,7 @@ def _measure_page(driver: WebDriver, url: str, page: pathlib.Path) -> list[Rende
     from selenium.webdriver.support.wait import WebDriverWait
 
     driver.get(url)
-    WebDriverWait(driver, BROWSER_TIMEOUT).until(
+    WebDriverWait(driver, lens_browser.BROWSER_TIMEOUT).until(
         lambda ready: ready.execute_script(PAGE_READY),
         message=f"{url}: Material's script gave not every code block a copy button",
     )

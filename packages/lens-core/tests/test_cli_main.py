@@ -46,7 +46,7 @@ def test_no_command_is_bad_input() -> None:
     result = lens()
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert "expected a command: demo, doctor or metrics" in result.stderr
+    assert "expected a command: demo, doctor, metrics or view" in result.stderr
 
 
 def test_unknown_command_is_bad_input() -> None:

@@ -25,6 +25,8 @@ SDK_EXTRA: Final = "lens-core[sdk]"
 PROMETHEUS_EXTRA: Final = "lens-core[prometheus]"
 AIOHTTP_EXTRA: Final = "lens-core[aiohttp]"
 FASTAPI_EXTRA: Final = "lens-core[fastapi]"
+#: `lens view` draws with Plotly, which this extra installs.
+VIEW_EXTRA: Final = "lens-core[view]"
 
 #: What each exporter needs importable, and the lens-core extra that installs it. OTLP is
 #: satisfied by either transport (setup falls back to the one that is installed).

@@ -1,4 +1,4 @@
-"""The `lens` command: `lens demo`, `lens doctor` and `lens metrics`.
+"""The `lens` command: `lens demo`, `lens doctor`, `lens metrics` and `lens view`.
 
 Installed as a console script by lens-core and runnable as `python -m nemo.lens.cli`.
 `import nemo.lens` never imports this package.
@@ -13,13 +13,13 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
-from nemo.lens.cli import _demo, _doctor, _metrics
+from nemo.lens.cli import _demo, _doctor, _metrics, _view
 from nemo.lens.cli._common import EXIT_BAD_INPUT, LensArgumentParser
 from nemo.lens.version import __version__
 
 __all__ = ["build_parser", "main", "run"]
 
-_COMMANDS = {"demo": _demo, "doctor": _doctor, "metrics": _metrics}
+_COMMANDS = {"demo": _demo, "doctor": _doctor, "metrics": _metrics, "view": _view}
 
 
 def build_parser() -> LensArgumentParser:
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args, unknown = parser.parse_known_args(argv)
         if args.command is None:
-            expected = "expected a command: demo, doctor or metrics"
+            expected = "expected a command: demo, doctor, metrics or view"
             parser.error(f"unrecognized arguments: {' '.join(unknown)}" if unknown else expected)
         if unknown:
             # The command's own parser reports them, with its name and its --help.

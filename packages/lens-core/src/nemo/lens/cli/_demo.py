@@ -30,6 +30,7 @@ from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
 from nemo.lens import _otel_env
+from nemo.lens.cli import _view
 from nemo.lens.cli._common import (
     EXIT_BAD_INPUT,
     bind_problem,
@@ -57,6 +58,7 @@ lens_demo.* series every step.
 EPILOG = """\
 examples:
   lens demo
+  lens demo --view            (then an HTML report of the run: lens-demo.html)
   lens demo --steps 200 --exporter prometheus --port 9464
   lens demo --exporter otlp --endpoint http://localhost:4317
 
@@ -132,6 +134,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the simulated run (default: %(default)s)"
     )
+    parser.add_argument(
+        "--view",
+        action="store_true",
+        help="then write an HTML report of the --out file, as `lens view` does",
+    )
 
 
 def _bad_input(message: str) -> int:
@@ -144,6 +151,8 @@ def _check_options(args: argparse.Namespace) -> str | None:
         return f"--endpoint applies to --exporter otlp only, got --exporter {args.exporter}"
     if args.port is not None and args.exporter != "prometheus":
         return f"--port applies to --exporter prometheus only, got --exporter {args.exporter}"
+    if args.view and args.exporter == "otlp":
+        return "--view reports on the --out file; otlp sends to the collector instead"
     if args.out is not None and args.exporter == "otlp":
         return "--out applies to --exporter console or prometheus; otlp sends to the collector"
     if args.out is not None:
@@ -357,6 +366,11 @@ def run(args: argparse.Namespace) -> int:
     view.message(f"lens demo: {status}; telemetry flushed")
     if sink is not None:
         view.message(f"lens demo: {_what_was_written(sink, args.exporter)}")
+    if args.view and sink is not None:
+        sys.stdout.flush()
+        viewed = _view.write_report([sink.path], _view.default_out(sink.path))
+        if viewed != 0 and not interrupted:
+            return viewed
     return EXIT_INTERRUPTED if interrupted else 0
 
 

@@ -1,0 +1,90 @@
+"""Quantiles from histogram bucket counts, and exponential buckets as explicit ones.
+
+A quantile falls in the bucket where the running count reaches its rank and is placed by
+linear interpolation inside that bucket, as Prometheus's `histogram_quantile` does. The
+open ends use the point's min and max when the point carries them, else the nearest
+finite boundary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def quantile(
+    q: float,
+    bounds: Sequence[float],
+    counts: Sequence[int],
+    low: float | None = None,
+    high: float | None = None,
+) -> float:
+    """The `q`-quantile of the values counted in buckets `counts` split at `bounds`
+    (len(counts) == len(bounds) + 1, the SDK's upper-inclusive buckets); NaN for no
+    values. `low`/`high` are the smallest and largest value, where known."""
+    total = sum(counts)
+    if total <= 0 or len(counts) != len(bounds) + 1:
+        return math.nan
+    rank = q * total
+    running = 0
+    for index, count in enumerate(counts):
+        if count <= 0:
+            continue
+        if running + count >= rank:
+            lower = bounds[index - 1] if index > 0 else _open_low(bounds, low)
+            upper = bounds[index] if index < len(bounds) else _open_high(bounds, high)
+            if low is not None:
+                lower = max(lower, low)
+            if high is not None:
+                upper = min(upper, high)
+            if upper < lower:
+                return lower
+            return lower + (upper - lower) * (rank - running) / count
+        running += count
+    return high if high is not None else (bounds[-1] if bounds else math.nan)
+
+
+def _open_low(bounds: Sequence[float], low: float | None) -> float:
+    if low is not None:
+        return low
+    if not bounds:
+        return 0.0
+    return min(0.0, bounds[0])
+
+
+def _open_high(bounds: Sequence[float], high: float | None) -> float:
+    if high is not None:
+        return high
+    return bounds[-1] if bounds else 0.0
+
+
+def exponential_buckets(
+    scale: int,
+    zero_count: int,
+    positive: tuple[int, Sequence[int]],
+    negative: tuple[int, Sequence[int]],
+) -> tuple[list[float], list[int]]:
+    """An exponential histogram's buckets as (bounds, counts) of explicit buckets.
+
+    Bucket `i` of the positive range holds (base**i, base**(i+1)] with base = 2**(2**-scale);
+    the negative range mirrors it; the zero bucket sits between them. `positive` and
+    `negative` are (offset, counts).
+    """
+    base = 2.0 ** (2.0**-scale)
+    bounds: list[float] = []
+    counts: list[int] = []
+    negative_offset, negative_counts = negative
+    for index in range(len(negative_counts) - 1, -1, -1):
+        counts.append(negative_counts[index])
+        bounds.append(-(base ** (negative_offset + index)))
+    counts.append(zero_count)
+    positive_offset, positive_counts = positive
+    for index, count in enumerate(positive_counts):
+        bounds.append(base ** (positive_offset + index))
+        counts.append(count)
+    if not positive_counts:
+        bounds.append(0.0)
+        counts.append(0)
+    return bounds, counts

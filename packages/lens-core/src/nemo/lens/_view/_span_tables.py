@@ -1,0 +1,253 @@
+"""The spans part of the report: where a step's time goes, and a timeline of traces.
+
+The first pass over the files (`SpanTables.add`) keeps per span name the count, the errors
+and every duration (8 bytes each, for exact percentiles), the run's wall-clock extent, and
+the `TIMELINE_TRACES` slowest root spans (a bounded heap). The second pass
+(`Timelines.add`) reads only the spans of the traces chosen for the timeline, at most
+`MAX_TIMELINE_SPANS` each; every other trace is summarised by its root's duration.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from nemo.lens._view._otlp_json import (
+    Malformed,
+    decode_attributes,
+    enum,
+    hex_id,
+    nanos,
+    shown_attributes,
+    shown_text,
+)
+
+#: The slowest traces (by their root span) drawn on the timeline.
+TIMELINE_TRACES: Final = 20
+#: Spans drawn of one trace; the rest are counted.
+MAX_TIMELINE_SPANS: Final = 300
+_STATUS: Final = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+_ERROR: Final = 2
+
+
+@dataclass
+class NameStats:
+    """What the spans of one name cost."""
+
+    count: int = 0
+    errors: int = 0
+    durations_ms: array[float] = field(default_factory=lambda: array("d"))
+
+
+@dataclass(frozen=True)
+class SpanTimes:
+    """The fields of a span both passes read."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str
+    name: str
+    start_ns: int
+    end_ns: int
+    error: bool
+
+
+def span_times(span: dict[str, Any]) -> SpanTimes:
+    """The ids, name, times and error status of an OTLP span."""
+    trace_id, span_id = hex_id(span, "traceId"), hex_id(span, "spanId")
+    if not trace_id or not span_id:
+        raise Malformed("a span without traceId or spanId")
+    start_ns, end_ns = nanos(span, "startTimeUnixNano"), nanos(span, "endTimeUnixNano")
+    status = span.get("status")
+    code = enum(status.get("code"), _STATUS) if isinstance(status, dict) else 0
+    name = span.get("name")
+    return SpanTimes(
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_id=hex_id(span, "parentSpanId"),
+        name=shown_text(name) if isinstance(name, str) and name else "(unnamed)",
+        start_ns=start_ns,
+        end_ns=max(end_ns, start_ns),
+        error=code == _ERROR,
+    )
+
+
+class SpanTables:
+    """First pass: the per-name table and the choice of traces for the timeline."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, NameStats] = {}
+        self.spans = 0
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        # (root duration, trace id, root name): a min-heap of the slowest roots.
+        self._slowest: list[tuple[int, str, str]] = []
+        self.root_durations_ms = array("d")
+
+    def add(self, span: dict[str, Any]) -> None:
+        times = span_times(span)
+        self.spans += 1
+        stats = self.names.get(times.name)
+        if stats is None:
+            stats = self.names[times.name] = NameStats()
+        stats.count += 1
+        stats.errors += times.error
+        duration_ns = times.end_ns - times.start_ns
+        stats.durations_ms.append(duration_ns / 1e6)
+        self.first_ns = (
+            times.start_ns if self.first_ns is None else min(self.first_ns, times.start_ns)
+        )
+        self.last_ns = times.end_ns if self.last_ns is None else max(self.last_ns, times.end_ns)
+        if not times.parent_id:
+            self.root_durations_ms.append(duration_ns / 1e6)
+            entry = (duration_ns, times.trace_id, times.name)
+            if len(self._slowest) < TIMELINE_TRACES:
+                heapq.heappush(self._slowest, entry)
+            elif entry > self._slowest[0]:
+                heapq.heapreplace(self._slowest, entry)
+
+    def slowest_traces(self) -> list[str]:
+        """The trace ids of the slowest roots, slowest first."""
+        return [trace_id for _, trace_id, _ in sorted(self._slowest, reverse=True)]
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per span name, the most total time first."""
+        wall_ms = 0.0
+        if self.first_ns is not None and self.last_ns is not None:
+            wall_ms = (self.last_ns - self.first_ns) / 1e6
+        rows: list[dict[str, Any]] = []
+        for name, stats in self.names.items():
+            ordered = sorted(stats.durations_ms)
+            total = math.fsum(ordered)
+            rows.append(
+                {
+                    "name": name,
+                    "count": stats.count,
+                    "errors": stats.errors,
+                    "totalMs": total,
+                    "meanMs": total / stats.count,
+                    "p50Ms": _percentile(ordered, 0.5),
+                    "p99Ms": _percentile(ordered, 0.99),
+                    "share": total / wall_ms if wall_ms > 0 else None,
+                }
+            )
+        rows.sort(key=lambda row: (-float(row["totalMs"]), str(row["name"])))
+        return rows
+
+    def others(self, shown: int) -> dict[str, Any]:
+        """The traces the timeline leaves out, summarised by their roots' durations."""
+        ordered = sorted(self.root_durations_ms)
+        return {
+            "traces": len(ordered),
+            "notShown": max(len(ordered) - shown, 0),
+            "p50Ms": _percentile(ordered, 0.5),
+            "p99Ms": _percentile(ordered, 0.99),
+        }
+
+
+def _percentile(ordered: list[float], q: float) -> float | None:
+    """The nearest-rank percentile of sorted values (None for none)."""
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(math.ceil(q * len(ordered)) - 1, 0))]
+
+
+@dataclass
+class _TraceSpans:
+    spans: list[tuple[SpanTimes, int, dict[str, str], str]] = field(default_factory=list)
+    left_out: int = 0
+
+
+class Timelines:
+    """Second pass: the spans of the chosen traces, drawn nested."""
+
+    def __init__(self, trace_ids: list[str]) -> None:
+        self.order = trace_ids
+        self._traces = {trace_id: _TraceSpans() for trace_id in trace_ids}
+
+    def wants(self, span: dict[str, Any]) -> bool:
+        trace_id = span.get("traceId")
+        return isinstance(trace_id, str) and trace_id.lower() in self._traces
+
+    def add(self, source: int, span: dict[str, Any]) -> None:
+        times = span_times(span)
+        trace = self._traces[times.trace_id]
+        if len(trace.spans) >= MAX_TIMELINE_SPANS:
+            trace.left_out += 1
+            return
+        status = span.get("status")
+        message = status.get("message") if isinstance(status, dict) else None
+        shown = shown_attributes(decode_attributes(span.get("attributes")))
+        trace.spans.append((times, source, shown, shown_text(message) if message else ""))
+
+    def drawn(self, source_labels: list[str]) -> list[dict[str, Any]]:
+        """Each chosen trace with spans, its rows in depth-first order (a child right under
+        its parent, siblings by start time)."""
+        drawn = []
+        for trace_id in self.order:
+            trace = self._traces[trace_id]
+            if not trace.spans:
+                continue
+            start_ns = min(times.start_ns for times, *_ in trace.spans)
+            end_ns = max(times.end_ns for times, *_ in trace.spans)
+            rows = [
+                {
+                    "name": times.name,
+                    "spanId": times.span_id,
+                    "parentId": times.parent_id,
+                    "depth": depth,
+                    "startMs": (times.start_ns - start_ns) / 1e6,
+                    "durationMs": (times.end_ns - times.start_ns) / 1e6,
+                    "error": times.error,
+                    "status": message,
+                    "source": source_labels[source],
+                    "attributes": attributes,
+                }
+                for depth, (times, source, attributes, message) in _depth_first(trace.spans)
+            ]
+            roots = [row for row in rows if row["depth"] == 0]
+            drawn.append(
+                {
+                    "traceId": trace_id,
+                    "name": roots[0]["name"],
+                    "startMs": start_ns / 1e6,
+                    "durationMs": (end_ns - start_ns) / 1e6,
+                    "spans": rows,
+                    "leftOut": trace.left_out,
+                }
+            )
+        return drawn
+
+
+def _depth_first(spans: list[Any]) -> list[tuple[int, Any]]:
+    """(depth, span) in depth-first order; a span whose parent is not here is a root."""
+    ids = {entry[0].span_id for entry in spans}
+    children: dict[str, list[Any]] = {}
+    roots = []
+    for entry in spans:
+        parent = entry[0].parent_id
+        if parent and parent in ids and parent != entry[0].span_id:
+            children.setdefault(parent, []).append(entry)
+        else:
+            roots.append(entry)
+    ordered: list[tuple[int, Any]] = []
+    seen: set[str] = set()
+    stack = [(0, entry) for entry in sorted(roots, key=_start, reverse=True)]
+    while stack:
+        depth, entry = stack.pop()
+        if entry[0].span_id in seen:
+            continue
+        seen.add(entry[0].span_id)
+        ordered.append((depth, entry))
+        below = sorted(children.get(entry[0].span_id, ()), key=_start, reverse=True)
+        stack.extend((depth + 1, child) for child in below)
+    # A cycle of parents (a corrupt file) leaves spans unreached: show them as roots.
+    ordered.extend((0, entry) for entry in spans if entry[0].span_id not in seen)
+    return ordered
+
+
+def _start(entry: Any) -> int:
+    return int(entry[0].start_ns)

@@ -17,6 +17,8 @@
   // A series with more points than this is drawn as a line alone (markers would hide it).
   const MARKERS_UP_TO = 300;
   const ROW_PX = 22;
+  const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
   const queue = [];
 
   // --- small helpers ----------------------------------------------------------------------
@@ -144,12 +146,17 @@
 
   function metricTraces(metric, mode) {
     if (metric.kind === "histogram" || metric.kind === "summary") {
+      // One colour per series, one dash per quantile: a series' three lines read as one.
       const dash = { p50: "solid", p90: "dash", p99: "dot" };
       const traces = [];
       metric.series.forEach((series, index) => {
+        const colour = PALETTE[index % PALETTE.length];
         for (const q of ["p50", "p90", "p99"]) {
-          traces.push(scatter(series, series[q], series.label + " " + q,
-            { legendgroup: "s" + index, line: { dash: dash[q] } }));
+          traces.push(scatter(series, series[q], series.label + " " + q, {
+            legendgroup: "s" + index,
+            line: { dash: dash[q], color: colour },
+            marker: { color: colour },
+          }));
         }
       });
       return traces;

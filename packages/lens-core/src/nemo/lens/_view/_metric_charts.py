@@ -317,6 +317,7 @@ def _histogram_row(
         same_run = same_run and len(series.buckets) == len(counts)
         if same_run and all(new >= held for new, held in zip(counts, series.buckets, strict=True)):
             interval = [new - held for new, held in zip(counts, series.buckets, strict=True)]
+            low = high = None  # the point's min and max are the run's, not the interval's
         else:
             interval = counts
         series.bounds, series.buckets = bounds, list(counts)

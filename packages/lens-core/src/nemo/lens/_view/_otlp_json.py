@@ -208,7 +208,12 @@ def hex_id(record: dict[str, Any], key: str) -> str:
 
 def shown_text(value: Any) -> str:
     """A value as the page shows it: text, cut to `MAX_SHOWN_VALUE` characters."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if isinstance(value, str):
+        text = value
+    elif type(value) in (int, float):
+        text = repr(value)  # the common case, without json.dumps's cost
+    else:
+        text = json.dumps(value, default=str)
     if len(text) > MAX_SHOWN_VALUE:
         return text[: MAX_SHOWN_VALUE - 1] + "\u2026"
     return text

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Final
@@ -31,33 +32,47 @@ def _embedded_json(data: object) -> str:
     return json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
 
 
-def render_page(report: Report, title: str) -> str:
-    """The whole page as text."""
+def page_parts(report: Report, title: str) -> Iterator[str]:
+    """The page as consecutive pieces of text: the template's, and what fills each of its
+    placeholders (never searched again), so a large page is never held whole twice."""
     from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]
 
-    parts = {
-        "VERSION": html.escape(__version__),
-        "TITLE": html.escape(title),
-        "CSS": _asset("report.css"),
-        "DATA": _embedded_json(report.data),
-        "PLOTLY": get_plotlyjs(),
-        "SCRIPT": _asset("report.js"),
+    fillers: dict[str, Callable[[], str]] = {
+        "VERSION": lambda: html.escape(__version__),
+        "TITLE": lambda: html.escape(title),
+        "CSS": lambda: _asset("report.css"),
+        "DATA": lambda: _embedded_json(report.data),
+        "PLOTLY": get_plotlyjs,
+        "SCRIPT": lambda: _asset("report.js"),
     }
-    # One pass over the template: text substituted in is never searched again.
-    return _PLACEHOLDER.sub(lambda match: parts[match[1]], _asset("report.html"))
+    template = _asset("report.html")
+    done = 0
+    for match in _PLACEHOLDER.finditer(template):
+        yield template[done : match.start()]
+        yield fillers[match[1]]()
+        done = match.end()
+    yield template[done:]
+
+
+def render_page(report: Report, title: str) -> str:
+    """The whole page as text."""
+    return "".join(page_parts(report, title))
 
 
 def write_page(report: Report, title: str, out: Path) -> int:
     """Write the page to `out` whole or not at all (a full disk leaves no half page);
     returns its size in bytes."""
-    encoded = render_page(report, title).encode("utf-8")
     descriptor, temporary = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    size = 0
     try:
         with os.fdopen(descriptor, "wb") as file:
-            file.write(encoded)
+            for part in page_parts(report, title):
+                encoded = part.encode("utf-8")
+                file.write(encoded)
+                size += len(encoded)
             os.fchmod(file.fileno(), 0o644)  # mkstemp's 0600 would keep the report private
         os.replace(temporary, out)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    return len(encoded)
+    return size

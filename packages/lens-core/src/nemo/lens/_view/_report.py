@@ -39,16 +39,19 @@ def build_report(paths: Sequence[Path]) -> Report:
     counts = ReadCounts()
     sources = Sources()
     metrics, spans, logs = MetricCharts(), SpanTables(), LogTable()
+    resource_seen: dict[str, Any] | None = None
+    source = 0
     for signal, entries in read_requests(paths, counts):
         for resource, record in records(signal, entries):
+            if resource is not resource_seen:  # one dict per resource entry: name it once
+                resource_seen, source = resource, sources.id_of(resource)
             try:
                 if signal == "resourceMetrics":
-                    counts.skipped_records += metrics.add(sources.id_of(resource), record)
+                    counts.skipped_records += metrics.add(source, record)
                 elif signal == "resourceSpans":
-                    spans.add(record)
-                    sources.id_of(resource)
+                    spans.add(source, record)
                 else:
-                    logs.add(sources.id_of(resource), record)
+                    logs.add(source, record)
             except _RECORD_PROBLEMS:
                 counts.skipped_records += 1
     chosen = spans.slowest_traces()

@@ -83,12 +83,16 @@ class SpanTables:
         self.spans = 0
         self.first_ns: int | None = None
         self.last_ns: int | None = None
+        # Each source's (first start, last end): the wall time the shares are of.
+        self.extents: dict[int, tuple[int, int]] = {}
         # (root duration, trace id, root name): a min-heap of the slowest roots.
         self._slowest: list[tuple[int, str, str]] = []
         self.root_durations_ms = array("d")
 
-    def add(self, span: dict[str, Any]) -> None:
+    def add(self, source: int, span: dict[str, Any]) -> None:
         times = span_times(span)
+        first, last = self.extents.get(source, (times.start_ns, times.end_ns))
+        self.extents[source] = (min(first, times.start_ns), max(last, times.end_ns))
         self.spans += 1
         stats = self.names.get(times.name)
         if stats is None:
@@ -114,10 +118,11 @@ class SpanTables:
         return [trace_id for _, trace_id, _ in sorted(self._slowest, reverse=True)]
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per span name, the most total time first."""
-        wall_ms = 0.0
-        if self.first_ns is not None and self.last_ns is not None:
-            wall_ms = (self.last_ns - self.first_ns) / 1e6
+        """One row per span name, the most total time first; `share` is of the wall time
+        of the processes the spans came from, summed."""
+        # Several processes (ranks) each spend their own wall time: a step span on every
+        # rank takes 100 %, not one hundred per rank.
+        wall_ms = sum(last - first for first, last in self.extents.values()) / 1e6
         rows: list[dict[str, Any]] = []
         for name, stats in self.names.items():
             ordered = sorted(stats.durations_ms)

@@ -203,10 +203,11 @@ def test_quantiles_interpolate_inside_the_bucket() -> None:
 
 
 def test_exponential_buckets_become_explicit_ones() -> None:
-    """Scale 0 (base 2): positive buckets from offset 1 hold (2, 4] and (4, 8]."""
+    """Scale 0 (base 2): positive buckets from offset 1 hold (2, 4] and (4, 8]; an empty
+    bucket at each end keeps their outer limits."""
     bounds, counts = _quantiles.exponential_buckets(0, 1, (1, [3, 5]), (0, []))
-    assert bounds == [2.0, 4.0]
-    assert counts == [1, 3, 5]
+    assert bounds == [-1.0, 2.0, 4.0, 8.0]
+    assert counts == [0, 1, 3, 5, 0]
 
 
 def test_decimation_keeps_a_one_point_spike() -> None:

@@ -73,18 +73,19 @@ def exponential_buckets(
     `negative` are (offset, counts).
     """
     base = 2.0 ** (2.0**-scale)
-    bounds: list[float] = []
-    counts: list[int] = []
     negative_offset, negative_counts = negative
+    positive_offset, positive_counts = positive
+    # Explicit buckets are (bound[i-1], bound[i]] with open ends; an empty bucket at each
+    # end keeps the outermost buckets' own limits (an exponential bucket has both).
+    bounds = [-(base ** (negative_offset + len(negative_counts)))]
+    counts = [0]
     for index in range(len(negative_counts) - 1, -1, -1):
         counts.append(negative_counts[index])
         bounds.append(-(base ** (negative_offset + index)))
     counts.append(zero_count)
-    positive_offset, positive_counts = positive
     for index, count in enumerate(positive_counts):
         bounds.append(base ** (positive_offset + index))
         counts.append(count)
-    if not positive_counts:
-        bounds.append(0.0)
-        counts.append(0)
+    bounds.append(base ** (positive_offset + len(positive_counts)))
+    counts.append(0)
     return bounds, counts

@@ -150,7 +150,7 @@ def test_summaries_chart_their_quantiles(tmp_path: Path) -> None:
 def test_bad_metrics_and_points_are_counted(tmp_path: Path) -> None:
     """A metric without a name or without known data, and a point that is not an object,
     are skipped records; the good point beside them charts."""
-    metrics = [
+    metrics: list[dict[str, Any]] = [
         {"gauge": {"dataPoints": []}},
         {"name": "no.data", "futureKind": {}},
         {"name": "g", "gauge": {"dataPoints": ["nope", {"timeUnixNano": str(T0), "asInt": "3"}]}},
@@ -197,7 +197,7 @@ def test_decimation_edges() -> None:
 def test_log_severities_bodies_and_traces(tmp_path: Path) -> None:
     """Severity comes from its text or its number (named or numbered); a record without a
     time is skipped; a long body is cut; the traces of the latest records come first."""
-    records = [
+    records: list[dict[str, Any]] = [
         {"timeUnixNano": str(T0), "severityNumber": "SEVERITY_NUMBER_WARN", "body": {}},
         {"timeUnixNano": str(T0), "severityText": "notice", "body": {"stringValue": "y" * 5000}},
         {"observedTimeUnixNano": str(T0), "severityNumber": 99, "traceId": "ab" * 16},

@@ -204,10 +204,12 @@ def test_quantiles_interpolate_inside_the_bucket() -> None:
 
 def test_exponential_buckets_become_explicit_ones() -> None:
     """Scale 0 (base 2): positive buckets from offset 1 hold (2, 4] and (4, 8]; an empty
-    bucket at each end keeps their outer limits."""
+    bucket at each end keeps their outer limits; the zero bucket is as narrow as a float
+    allows, so values there sit at 0."""
     bounds, counts = _quantiles.exponential_buckets(0, 1, (1, [3, 5]), (0, []))
-    assert bounds == [-1.0, 2.0, 4.0, 8.0]
-    assert counts == [0, 1, 3, 5, 0]
+    assert bounds == [-1.0, -5e-324, 0.0, 2.0, 4.0, 8.0]
+    assert counts == [0, 0, 1, 0, 3, 5, 0]
+    assert _quantiles.quantile(0.1, bounds, counts) == pytest.approx(0.0)
 
 
 def test_decimation_keeps_a_one_point_spike() -> None:

@@ -4,15 +4,18 @@ severities, and the bounds on what the page shows."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lens_cli import run_lens
-from lens_view_runs import SECOND, T0, logs_request, metrics_request
+from lens_view_runs import SECOND, T0, logs_request, metrics_request, span, spans_request
 
 from nemo.lens._view import _decimate, _log_table, _metric_charts, _otlp_json, _quantiles
+from nemo.lens._view._page import render_page
 from nemo.lens._view._report import build_report
 
 
@@ -118,8 +121,8 @@ def test_exponential_histograms_chart_quantiles(tmp_path: Path) -> None:
 def test_negative_exponential_buckets_mirror_the_positive_ones() -> None:
     """Negative buckets come first, most negative first, then zero, then positive."""
     bounds, counts = _quantiles.exponential_buckets(0, 2, (0, []), (1, [3, 4]))
-    assert bounds == [-8.0, -4.0, -2.0, 1.0]
-    assert counts == [0, 4, 3, 2, 0]
+    assert bounds == [-8.0, -4.0, -2.0, -5e-324, 0.0, 1.0]
+    assert counts == [0, 4, 3, 0, 2, 0, 0]
 
 
 def test_quantile_edges() -> None:
@@ -222,3 +225,193 @@ def test_out_must_not_be_a_directory(tmp_path: Path) -> None:
     result = run_lens("view", "run.jsonl", "-o", "dir", cwd=tmp_path)
     assert result.returncode == 2
     assert "is a directory" in result.stderr
+
+
+def test_decimation_while_reading_keeps_old_spikes_apart(tmp_path: Path) -> None:
+    """A 200,000-point series, thinned again and again as it is read, still shows two
+    spikes 500 points apart near its start, as it does near its end."""
+    spikes = {10_000, 10_500, 190_000, 190_500}
+    points = [
+        {"timeUnixNano": str(T0 + i * SECOND), "asDouble": 100.0 if i in spikes else 1.0}
+        for i in range(200_000)
+    ]
+    lines = [
+        metrics_request([{"name": "g", "gauge": {"dataPoints": points[i : i + 20_000]}}])
+        for i in range(0, 200_000, 20_000)
+    ]
+    (series,) = _report(tmp_path, *lines)["metrics"][0]["series"]
+    peaks = [t for t, value in zip(series["t"], series["value"], strict=True) if value == 100.0]
+    assert [round((t * 1e6 - T0) / SECOND) for t in peaks] == sorted(spikes)
+
+
+def _gauge(value: object, **point: object) -> dict[str, Any]:
+    return {
+        "name": "g",
+        "gauge": {"dataPoints": [{"timeUnixNano": str(T0), "asDouble": value, **point}]},
+    }
+
+
+def _histogram_point(**point: object) -> dict[str, Any]:
+    base: dict[str, Any] = {"timeUnixNano": str(T0), "count": "1", "bucketCounts": ["1"]}
+    return {
+        "name": "h",
+        "histogram": {"aggregationTemporality": 1, "dataPoints": [{**base, **point}]},
+    }
+
+
+HOSTILE_RECORDS = {
+    "an infinite gauge value": metrics_request([_gauge("Infinity")]),
+    "a value past a float": metrics_request([_gauge(1e400)]),
+    "an int past any int64": metrics_request(
+        [
+            {
+                "name": "g",
+                "gauge": {"dataPoints": [{"timeUnixNano": str(T0), "asInt": "1" + "0" * 400}]},
+            }
+        ]
+    ),
+    "a time past 64 bits": metrics_request([_gauge(1.0, timeUnixNano=str(10**22))]),
+    "a negative time": metrics_request([_gauge(1.0, timeUnixNano="-5")]),
+    "an infinite histogram bound": metrics_request(
+        [_histogram_point(bucketCounts=["1", "0"], explicitBounds=["Infinity"])]
+    ),
+    "a NaN histogram bound": metrics_request(
+        [_histogram_point(bucketCounts=["1", "0"], explicitBounds=["NaN"])]
+    ),
+    "bounds out of order": metrics_request(
+        [_histogram_point(bucketCounts=["1", "0", "0"], explicitBounds=[5.0, 1.0])]
+    ),
+    "a bucket count past a float": metrics_request([_histogram_point(bucketCounts=[str(10**400)])]),
+    "an infinite histogram max": metrics_request(
+        [_histogram_point(max="Infinity", min="-Infinity")]
+    ),
+    "too many buckets": metrics_request(
+        [_histogram_point(bucketCounts=["0"] * 200_001, explicitBounds=list(range(200_000)))]
+    ),
+    "an exponential scale out of range": metrics_request(
+        [
+            {
+                "name": "e",
+                "exponentialHistogram": {"dataPoints": [{"timeUnixNano": str(T0), "scale": -40}]},
+            }
+        ]
+    ),
+    "an exponential offset past a float": metrics_request(
+        [
+            {
+                "name": "e",
+                "exponentialHistogram": {
+                    "dataPoints": [
+                        {
+                            "timeUnixNano": str(T0),
+                            "positive": {"offset": 5000, "bucketCounts": ["1"]},
+                        }
+                    ]
+                },
+            }
+        ]
+    ),
+    "a rate past a float": metrics_request(
+        [
+            {
+                "name": "c",
+                "sum": {
+                    "isMonotonic": True,
+                    "aggregationTemporality": 1,
+                    "dataPoints": [
+                        {
+                            "startTimeUnixNano": str(T0),
+                            "timeUnixNano": str(T0 + 1),
+                            "asDouble": 1e308,
+                        }
+                    ],
+                },
+            }
+        ]
+    ),
+    "a log time past 64 bits": logs_request([{"timeUnixNano": str(10**30)}]),
+    "dataPoints as a string": metrics_request([{"name": "g", "gauge": {"dataPoints": "abc"}}]),
+}
+
+
+# What becomes of each hostile record: counted and skipped, drawn as a gap (a value JSON
+# cannot carry), drawn (what cannot be used is ignored), or nothing to read at all.
+DRAWN_AS = {
+    "an infinite gauge value": "gap",
+    "a value past a float": "gap",
+    "a rate past a float": "gap",
+    "an infinite histogram max": "drawn",
+    "dataPoints as a string": "nothing",
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_RECORDS))
+def test_a_hostile_record_never_stops_the_page(tmp_path: Path, case: str) -> None:
+    """Values and times past what a float, an int64 or a browser's Date hold, bad bounds,
+    too many buckets: the record is skipped or drawn as a gap, and the page renders."""
+    path = tmp_path / "run.jsonl"
+    path.write_text(HOSTILE_RECORDS[case] + "\n", encoding="utf-8")
+    page = render_page(build_report([path]), "hostile")
+    data = json.loads(page.split('id="lens-report-data">', 1)[1].split("</script>", 1)[0])
+    values = [
+        value
+        for chart in data["metrics"]
+        for series in chart["series"]
+        for column in ("value", "rate", "p50")
+        for value in series.get(column, [])
+    ]
+    outcome = {
+        (1, False, False): "skipped",
+        (0, True, False): "gap",
+        (0, False, True): "drawn",
+        (0, False, False): "nothing",
+    }.get(
+        (
+            data["counts"]["skippedRecords"],
+            None in values,
+            any(value is not None for value in values),
+        )
+    )
+    assert outcome == DRAWN_AS.get(case, "skipped")
+
+
+def test_a_resource_attribute_of_a_wrong_type_is_shown_as_text(tmp_path: Path) -> None:
+    """A resource's intValue that is not an int does not stop its records."""
+    request = json.loads(metrics_request([_gauge(1.0)]))
+    request["resourceMetrics"][0]["resource"]["attributes"].append(
+        {"key": "odd", "value": {"intValue": [1]}}
+    )
+    data = _report(tmp_path, json.dumps(request))
+    assert data["counts"]["points"] == 1
+    assert data["counts"]["skippedRecords"] == 0
+
+
+def test_a_batch_written_twice_is_one_trace_on_the_timeline(tmp_path: Path) -> None:
+    """The same spans twice (a file given twice): the timeline lists the trace once."""
+    batch = spans_request([span("root", "a" * 32, "1" * 16)])
+    data = _report(tmp_path, batch, batch)
+    assert [trace["traceId"] for trace in data["traces"]] == ["a" * 32]
+
+
+def test_a_status_message_is_redacted(tmp_path: Path) -> None:
+    """A span's status message passes the redaction rule before the page shows it."""
+    record = span("root", "a" * 32, "1" * 16, error=True)
+    record["status"]["message"] = "connect failed password=hunter2 via https://u:pw@db"
+    page = render_page(build_report([_write_one(tmp_path, spans_request([record]))]), "t")
+    assert "hunter2" not in page
+    assert ":pw@" not in page
+
+
+def _write_one(tmp_path: Path, line: str) -> Path:
+    path = tmp_path / "one.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_file_name_that_is_not_utf8_still_gets_a_report(tmp_path: Path) -> None:
+    """A file name with bytes that are not UTF-8 reaches the title without stopping it."""
+    name = os.fsdecode(b"r\xff.jsonl")
+    (tmp_path / name).write_text(metrics_request([_gauge(1.0)]) + "\n", encoding="utf-8")
+    result = run_lens("view", name, "-o", "out.html", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out.html").stat().st_size > 0

@@ -1,8 +1,10 @@
 """Min-max decimation: fewer points to draw, every peak and trough kept.
 
-A series is put in time order and cut into runs of consecutive points; each run keeps its
-lowest and its highest point (the method plotly-resampler calls MinMax, a cousin of M4).
-Unlike keeping every k-th point, a one-step spike survives any amount of decimation.
+A series is put in time order and its time range cut into runs of equal width; each run
+keeps its lowest and its highest point (the method plotly-resampler calls MinMax, a
+cousin of M4). Unlike keeping every k-th point, a one-step spike survives any amount of
+decimation; and because runs are equal in time, not in points, a series decimated again
+and again while it is read (older points already thinned) stays evenly dense.
 """
 
 from __future__ import annotations
@@ -18,19 +20,29 @@ def kept_indices(times: Sequence[float], values: Sequence[float], runs: int) -> 
     first point, so the gap still shows.
     """
     order = sorted(range(len(times)), key=times.__getitem__)
-    total = len(order)
-    if total <= 2 * runs:
+    if len(order) <= 2 * runs:
         return order
+    first = times[order[0]]
+    width = (times[order[-1]] - first) / runs or 1.0
     kept: list[int] = []
-    for run in range(runs):
-        members = order[run * total // runs : (run + 1) * total // runs]
-        if not members:
-            continue
-        present = [index for index in members if not math.isnan(values[index])]
-        if not present:
-            kept.append(members[0])
-            continue
-        low = min(present, key=values.__getitem__)
-        high = max(present, key=values.__getitem__)
-        kept.extend(sorted({low, high}, key=times.__getitem__))
+    members: list[int] = []
+    current = 0
+    for index in order:
+        run = min(int((times[index] - first) / width), runs - 1)
+        if run != current and members:
+            kept.extend(_extremes(members, times, values))
+            members = []
+        current = run
+        members.append(index)
+    kept.extend(_extremes(members, times, values))
     return kept
+
+
+def _extremes(members: list[int], times: Sequence[float], values: Sequence[float]) -> list[int]:
+    """The lowest and highest point of one run, in time order."""
+    present = [index for index in members if not math.isnan(values[index])]
+    if not present:
+        return members[:1]
+    low = min(present, key=values.__getitem__)
+    high = max(present, key=values.__getitem__)
+    return sorted({low, high}, key=times.__getitem__)

@@ -11,20 +11,21 @@ import json
 from collections import Counter, deque
 from typing import Any, Final
 
-from nemo.lens._redaction import redact_text
+from nemo.lens._redaction import redact_url_credentials
 from nemo.lens._view._otlp_json import (
     Malformed,
     any_value,
     decode_attributes,
     enum,
     hex_id,
-    integer,
+    nanos,
     shown_attributes,
 )
 
 #: Records shown: the last ones read.
 MAX_LOGS: Final = 1000
 MAX_BODY: Final = 2000
+_MAX_SEVERITIES: Final = 20
 # OpenTelemetry's severity numbers come in fours: 1-4 TRACE ... 21-24 FATAL.
 _SEVERITY_NAMES: Final = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL")
 _SEVERITY_NUMBERS: Final = {
@@ -52,8 +53,11 @@ class LogTable:
         self.last_ns: int | None = None
 
     def add(self, source: int, record: dict[str, Any]) -> None:
-        time_ns = integer(record.get("timeUnixNano") or record.get("observedTimeUnixNano") or 0)
-        if time_ns <= 0:
+        # A record without its own time (0) is placed at the time it was observed.
+        time_ns = nanos(record, "timeUnixNano") if "timeUnixNano" in record else 0
+        if time_ns == 0 and "observedTimeUnixNano" in record:
+            time_ns = nanos(record, "observedTimeUnixNano")
+        if time_ns == 0:
             raise Malformed("a log record without a time")
         number = enum(record.get("severityNumber"), _SEVERITY_NUMBERS)
         text = record.get("severityText")
@@ -63,7 +67,11 @@ class LogTable:
         if len(message) > MAX_BODY:
             message = message[: MAX_BODY - 1] + "\u2026"
         self.logs += 1
-        self.by_severity[severity_name(number) if number else severity.upper()] += 1
+        # Counted by OpenTelemetry's names; a text of the file's own only while few differ.
+        counted = severity_name(number) if number else severity.upper()
+        if counted not in self.by_severity and len(self.by_severity) >= _MAX_SEVERITIES:
+            counted = "OTHER"
+        self.by_severity[counted] += 1
         self.first_ns = time_ns if self.first_ns is None else min(self.first_ns, time_ns)
         self.last_ns = time_ns if self.last_ns is None else max(self.last_ns, time_ns)
         self.kept.append(
@@ -71,7 +79,7 @@ class LogTable:
                 "timeMs": time_ns / 1e6,
                 "severity": severity[:20],
                 "severityNumber": number,
-                "message": redact_text(message),
+                "message": redact_url_credentials(message),
                 "traceId": hex_id(record, "traceId"),
                 "spanId": hex_id(record, "spanId"),
                 "source": source,

@@ -14,6 +14,7 @@ points, min-max decimated (`_decimate`) whenever it reaches that many.
 
 from __future__ import annotations
 
+import itertools
 import math
 from array import array
 from dataclasses import dataclass, field
@@ -34,8 +35,9 @@ from nemo.lens._view._otlp_json import (
 
 #: Series per metric that get a line; the others are counted, not drawn.
 MAX_SERIES: Final = 20
-#: Metrics that get a chart; the others are listed with their point counts.
+#: Metrics that get a chart; the others are listed with their point counts (that many).
 MAX_CHARTS: Final = 400
+MAX_UNCHARTED: Final = 1000
 #: Points a series holds before it is decimated to half as many.
 COMPACT_AT: Final = 4000
 #: Points per series drawn at most, and the points the whole page draws at most (shared
@@ -43,6 +45,9 @@ COMPACT_AT: Final = 4000
 MAX_DRAWN: Final = 2000
 PAGE_POINTS: Final = 60_000
 MIN_DRAWN: Final = 50
+#: Buckets of one histogram point at most (the SDK's default explicit layout has 16, its
+#: exponential one up to 320); a point with more is skipped.
+MAX_BUCKETS: Final = 4096
 # How many series keys of hidden series are remembered to count them distinctly.
 _MAX_HIDDEN_KEYS: Final = 1_000_000
 
@@ -73,8 +78,9 @@ class Series:
     last_time: int = -1
     last_value: float = 0.0
     running: float = 0.0
-    bounds: list[float] = field(default_factory=list)
-    buckets: list[int] = field(default_factory=list)
+    #: A histogram's counts by each bucket's upper bound (math.inf for the last): points
+    #: whose layouts differ (an exponential histogram that grew) still line up.
+    buckets: dict[float, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.values = {column: array("d") for column in self.columns}
@@ -112,7 +118,8 @@ class Series:
             "t": [round(time, 3) for time in self.times],
         }
         for column in self.columns:
-            out[column] = [None if math.isnan(value) else value for value in self.values[column]]
+            # JSON has no NaN or Infinity: a value that is not finite is a gap.
+            out[column] = [value if math.isfinite(value) else None for value in self.values[column]]
         return out
 
 
@@ -164,13 +171,13 @@ class MetricCharts:
         # Per request, not per chart: two files may export one metric differently.
         temporality = enum(data.get("aggregationTemporality"), _TEMPORALITY)
         skipped = 0
-        for point in data.get("dataPoints") or ():
+        for point in _sequence(data.get("dataPoints")):
             if not isinstance(point, dict):
                 skipped += 1
                 continue
             try:
                 self._add_point(chart, source, data_field, temporality, point)
-            except (Malformed, TypeError, ValueError, ZeroDivisionError):
+            except (Malformed, TypeError, ValueError, ArithmeticError):
                 skipped += 1
         return skipped
 
@@ -193,25 +200,23 @@ class MetricCharts:
         self, chart: Chart, source: int, data_field: str, temporality: int, point: dict[str, Any]
     ) -> None:
         time_ns = nanos(point, "timeUnixNano")
-        self.points += 1
-        self.first_ns = time_ns if self.first_ns is None else min(self.first_ns, time_ns)
-        self.last_ns = time_ns if self.last_ns is None else max(self.last_ns, time_ns)
-        chart.points += 1
         if (chart.name, chart.kind) not in self.charts:
-            self.uncharted[chart.name] = self.uncharted.get(chart.name, 0) + 1
+            self._count(chart, time_ns)
+            if chart.name in self.uncharted or len(self.uncharted) < MAX_UNCHARTED:
+                self.uncharted[chart.name] = self.uncharted.get(chart.name, 0) + 1
             return
         attributes = decode_attributes(point.get("attributes"))
         key = (source, *sorted((name, shown_text(value)) for name, value in attributes.items()))
         series = chart.series.get(key)
         if series is None:
             if len(chart.series) >= MAX_SERIES:
+                self._count(chart, time_ns)
                 chart.hidden_points += 1
                 if len(chart.hidden) < _MAX_HIDDEN_KEYS:
                     chart.hidden.add(hash(key))
                 return
-            series = chart.series[key] = Series(
-                source, shown_attributes(attributes), chart.columns()
-            )
+            # Kept only once its first point reads: a bad point takes no series slot.
+            series = Series(source, shown_attributes(attributes), chart.columns())
         start_ns = integer(point.get("startTimeUnixNano", 0))
         row: tuple[float, ...]
         if chart.kind == "counter":
@@ -220,10 +225,24 @@ class MetricCharts:
             row = _histogram_row(series, temporality, start_ns, data_field, point)
         elif chart.kind == "summary":
             row = _summary_row(point)
+        elif chart.kind == "updown" and temporality == _DELTA:
+            series.running += point_value(point)  # a delta up-down counter charts its level
+            row = (series.running,)
         else:
             row = (point_value(point),)
         series.last_start, series.last_time = start_ns, time_ns
         series.append(time_ns, row)
+        chart.series.setdefault(key, series)
+        self._count(chart, time_ns)
+
+    def _count(self, chart: Chart, time_ns: int) -> None:
+        """Count a point that was read (and only one that was)."""
+        self.points += 1
+        chart.points += 1
+        if self.first_ns is None or time_ns < self.first_ns:
+            self.first_ns = time_ns
+        if self.last_ns is None or time_ns > self.last_ns:
+            self.last_ns = time_ns
 
     def drawn(self, source_labels: list[str]) -> list[dict[str, Any]]:
         """Every chart as the page draws it, the page's point budget shared out."""
@@ -252,8 +271,8 @@ class MetricCharts:
                 entry["distribution"] = [
                     {
                         "label": drawn_series["label"],
-                        "bounds": one.bounds,
-                        "counts": list(one.buckets),
+                        "bounds": sorted(bound for bound in one.buckets if bound != math.inf),
+                        "counts": [one.buckets[bound] for bound in sorted(one.buckets)],
                     }
                     for drawn_series, one in zip(series, chart.series.values(), strict=True)
                 ]
@@ -304,57 +323,82 @@ def _histogram_row(
 ) -> tuple[float, float, float]:
     """(p99, p90, p50) of what one histogram point added; keeps the running buckets."""
     bounds, counts = _buckets(data_field, point)
-    low = number(point["min"]) if "min" in point else None
-    high = number(point["max"]) if "max" in point else None
+    by_bound = dict(zip([*bounds, math.inf], counts, strict=True))
+    low = _finite_or_none(point.get("min"))
+    high = _finite_or_none(point.get("max"))
+    held = series.buckets
     if temporality == _DELTA:
         interval = counts
-        if bounds == series.bounds and len(series.buckets) == len(counts):
-            series.buckets = [held + new for held, new in zip(series.buckets, counts, strict=True)]
-        else:
-            series.bounds, series.buckets = bounds, list(counts)
+        for bound, count in by_bound.items():
+            held[bound] = held.get(bound, 0) + count
     else:
-        same_run = start_ns == series.last_start and bounds == series.bounds
-        same_run = same_run and len(series.buckets) == len(counts)
-        if same_run and all(new >= held for new, held in zip(counts, series.buckets, strict=True)):
-            interval = [new - held for new, held in zip(counts, series.buckets, strict=True)]
+        # The same run (start time) whose every held bucket is still there, no smaller.
+        same_run = start_ns == series.last_start and all(
+            by_bound.get(bound, -1) >= count for bound, count in held.items() if count
+        )
+        if same_run:
+            interval = [count - held.get(bound, 0) for bound, count in by_bound.items()]
             low = high = None  # the point's min and max are the run's, not the interval's
         else:
             interval = counts
-        series.bounds, series.buckets = bounds, list(counts)
+        series.buckets = by_bound
     p99, p90, p50 = (_quantiles.quantile(q, bounds, interval, low, high) for q in (0.99, 0.9, 0.5))
     return p99, p90, p50
 
 
+def _finite_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    found = number(value)
+    return found if math.isfinite(found) else None
+
+
 def _buckets(data_field: str, point: dict[str, Any]) -> tuple[list[float], list[int]]:
     if data_field == "histogram":
-        bounds = [number(bound) for bound in point.get("explicitBounds") or ()]
-        counts = [integer(count) for count in point.get("bucketCounts") or ()]
+        bounds = [number(bound) for bound in _sequence(point.get("explicitBounds"))]
+        counts = [integer(count) for count in _sequence(point.get("bucketCounts"))]
         if not counts:
             counts = [integer(point.get("count", 0))]
             bounds = []
         if len(counts) != len(bounds) + 1:
             raise Malformed("bucketCounts does not match explicitBounds")
+        if len(counts) > MAX_BUCKETS or not all(map(math.isfinite, bounds)):
+            raise Malformed("more buckets than a report draws, or a bound that is not finite")
+        if any(upper <= lower for lower, upper in itertools.pairwise(bounds)):
+            raise Malformed("explicitBounds do not increase")
+        if any(count < 0 for count in counts):
+            raise Malformed("a negative bucket count")
         return bounds, counts
 
     def side(name: str) -> tuple[int, list[int]]:
         held = point.get(name)
         if not isinstance(held, dict):
             return 0, []
-        return integer(held.get("offset", 0)), [
-            integer(count) for count in held.get("bucketCounts") or ()
-        ]
+        counts = [integer(count) for count in _sequence(held.get("bucketCounts"))]
+        if len(counts) > MAX_BUCKETS or any(count < 0 for count in counts):
+            raise Malformed("more buckets than a report draws, or a negative count")
+        return integer(held.get("offset", 0)), counts
 
-    return _quantiles.exponential_buckets(
-        integer(point.get("scale", 0)),
-        integer(point.get("zeroCount", 0)),
-        side("positive"),
-        side("negative"),
-    )
+    scale = integer(point.get("scale", 0))
+    if not _quantiles.MIN_SCALE <= scale <= _quantiles.MAX_SCALE:
+        raise Malformed(f"an exponential histogram's scale {scale} is out of range")
+    threshold = _finite_or_none(point.get("zeroThreshold")) or 0.0
+    try:
+        return _quantiles.exponential_buckets(
+            scale, integer(point.get("zeroCount", 0)), side("positive"), side("negative"), threshold
+        )
+    except OverflowError as exc:  # an offset that puts a bound past any float
+        raise Malformed("an exponential histogram's buckets overflow a float") from exc
 
 
 def _summary_row(point: dict[str, Any]) -> tuple[float, float, float]:
     found = {}
-    for entry in point.get("quantileValues") or ():
+    for entry in _sequence(point.get("quantileValues")):
         if isinstance(entry, dict):
             found[round(number(entry.get("quantile", 0)), 4)] = number(entry.get("value", 0))
     return found.get(0.99, math.nan), found.get(0.9, math.nan), found.get(0.5, math.nan)
+
+
+def _sequence(value: Any) -> list[Any]:
+    """A JSON list field; anything else (a string, a number) reads as empty."""
+    return value if isinstance(value, list) else []

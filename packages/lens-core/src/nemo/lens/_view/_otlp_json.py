@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from nemo.lens import semconv
-from nemo.lens._redaction import redact_text, redact_value
+from nemo.lens._redaction import redact_url_credentials, redact_value
 
 #: Each signal's request key -> (its scope list's key, its record list's key).
 SIGNALS: Final = {
@@ -124,10 +124,11 @@ def any_value(value: Any, depth: int = 0) -> Any:
     for key, held in value.items():
         if key == "stringValue":
             return held if isinstance(held, str) else str(held)
-        if key == "intValue":
-            return integer(held)
-        if key == "doubleValue":
-            return number(held)
+        if key in ("intValue", "doubleValue"):
+            try:
+                return integer(held) if key == "intValue" else number(held)
+            except Malformed:
+                return shown_text(held)  # an attribute is only shown: show what is there
         if key == "boolValue":
             return bool(held)
         if key == "bytesValue":
@@ -154,7 +155,7 @@ def integer(value: Any) -> int:
         raise Malformed(f"expected an integer, got {type(value).__name__}")
     try:
         return int(value)
-    except (ValueError, OverflowError) as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: int(float("inf"))
         raise Malformed(f"expected an integer, got {value!r:.40}") from exc
 
 
@@ -186,11 +187,18 @@ def enum(value: Any, names: dict[str, int]) -> int:
     return integer(value)
 
 
+#: OTLP's times are unsigned 64-bit nanoseconds (up to the year 2554).
+_MAX_NANOS: Final = 2**64
+
+
 def nanos(record: dict[str, Any], key: str) -> int:
-    """A required `...UnixNano` field, in nanoseconds."""
+    """A required `...UnixNano` field, in nanoseconds since the epoch."""
     if key not in record:
         raise Malformed(f"no {key}")
-    return integer(record[key])
+    found = integer(record[key])
+    if not 0 <= found < _MAX_NANOS:
+        raise Malformed(f"{key} {found} is not a 64-bit time")
+    return found
 
 
 def hex_id(record: dict[str, Any], key: str) -> str:
@@ -227,7 +235,7 @@ def shown_attributes(attributes: dict[str, Any]) -> dict[str, str]:
     for key, value in attributes.items():
         if len(shown) >= MAX_SHOWN_ATTRIBUTES:
             break
-        shown[key] = redact_value(key, redact_text(shown_text(value)))
+        shown[key] = redact_value(key, redact_url_credentials(shown_text(value)))
     return shown
 
 

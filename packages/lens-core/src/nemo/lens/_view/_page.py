@@ -67,7 +67,8 @@ def write_page(report: Report, title: str, out: Path) -> int:
     try:
         with os.fdopen(descriptor, "wb") as file:
             for part in page_parts(report, title):
-                encoded = part.encode("utf-8")
+                # A file name that is not UTF-8 (surrogate escapes) must not stop the page.
+                encoded = part.encode("utf-8", "replace")
                 file.write(encoded)
                 size += len(encoded)
             os.fchmod(file.fileno(), 0o644)  # mkstemp's 0600 would keep the report private

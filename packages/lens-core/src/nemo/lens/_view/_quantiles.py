@@ -60,29 +60,37 @@ def _open_high(bounds: Sequence[float], high: float | None) -> float:
     return bounds[-1] if bounds else 0.0
 
 
+#: The scales OTLP allows an exponential histogram.
+MIN_SCALE, MAX_SCALE = -10, 20
+
+
 def exponential_buckets(
     scale: int,
     zero_count: int,
     positive: tuple[int, Sequence[int]],
     negative: tuple[int, Sequence[int]],
+    zero_threshold: float = 0.0,
 ) -> tuple[list[float], list[int]]:
     """An exponential histogram's buckets as (bounds, counts) of explicit buckets.
 
     Bucket `i` of the positive range holds (base**i, base**(i+1)] with base = 2**(2**-scale);
-    the negative range mirrors it; the zero bucket sits between them. `positive` and
-    `negative` are (offset, counts).
+    the negative range mirrors it. The zero bucket holds [-threshold, threshold]; with no
+    threshold its width is the smallest a float has, so its values sit at 0. An empty
+    bucket at each end keeps the outermost buckets' own limits. `positive` and `negative`
+    are (offset, counts). Raises OverflowError when a bound is past any float.
     """
     base = 2.0 ** (2.0**-scale)
     negative_offset, negative_counts = negative
     positive_offset, positive_counts = positive
-    # Explicit buckets are (bound[i-1], bound[i]] with open ends; an empty bucket at each
-    # end keeps the outermost buckets' own limits (an exponential bucket has both).
     bounds = [-(base ** (negative_offset + len(negative_counts)))]
     counts = [0]
     for index in range(len(negative_counts) - 1, -1, -1):
         counts.append(negative_counts[index])
         bounds.append(-(base ** (negative_offset + index)))
-    counts.append(zero_count)
+    # Below the zero bucket, an empty one up to it; then the zero bucket itself.
+    counts += [0, zero_count]
+    bounds += [-zero_threshold if zero_threshold > 0 else -5e-324, zero_threshold]
+    counts.append(0)  # the empty gap between the zero bucket and the first positive one
     for index, count in enumerate(positive_counts):
         bounds.append(base ** (positive_offset + index))
         counts.append(count)

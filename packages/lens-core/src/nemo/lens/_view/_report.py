@@ -20,7 +20,15 @@ from nemo.lens._view._span_tables import SpanTables, Timelines
 #: Traces drawn on the timeline because a shown log record points at them.
 LOGGED_TRACES: Final = 20
 # What a record's summary raises on a record it cannot read: counted, never a traceback.
-_RECORD_PROBLEMS: Final = (Malformed, TypeError, ValueError, KeyError, AttributeError)
+# (ArithmeticError: a number past what a float holds, a rate over no time.)
+_RECORD_PROBLEMS: Final = (
+    Malformed,
+    TypeError,
+    ValueError,
+    KeyError,
+    AttributeError,
+    ArithmeticError,
+)
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,9 @@ def build_report(paths: Sequence[Path]) -> Report:
         "uncharted": [{"name": name, "points": n} for name, n in sorted(metrics.uncharted.items())],
         "spanTable": spans.table(),
         "traces": traces,
-        "otherTraces": spans.others(len(traces)),
+        "otherTraces": spans.others(
+            len(set(spans.slowest_traces()) & {t["traceId"] for t in traces})
+        ),
         "logs": logs.drawn(labels),
         "logsBySeverity": dict(logs.by_severity),
     }

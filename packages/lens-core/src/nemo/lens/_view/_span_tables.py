@@ -15,6 +15,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from nemo.lens._redaction import redact_url_credentials
 from nemo.lens._view._otlp_json import (
     Malformed,
     decode_attributes,
@@ -29,6 +30,9 @@ from nemo.lens._view._otlp_json import (
 TIMELINE_TRACES: Final = 20
 #: Spans drawn of one trace; the rest are counted.
 MAX_TIMELINE_SPANS: Final = 300
+#: Span names the table gets a row for; spans of further names share one row.
+MAX_NAMES: Final = 500
+OTHER_NAMES: Final = "(other span names)"
 _STATUS: Final = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 _ERROR: Final = 2
 
@@ -87,6 +91,7 @@ class SpanTables:
         self.extents: dict[int, tuple[int, int]] = {}
         # (root duration, trace id, root name): a min-heap of the slowest roots.
         self._slowest: list[tuple[int, str, str]] = []
+        self._slowest_ids: set[str] = set()
         self.root_durations_ms = array("d")
 
     def add(self, source: int, span: dict[str, Any]) -> None:
@@ -94,9 +99,12 @@ class SpanTables:
         first, last = self.extents.get(source, (times.start_ns, times.end_ns))
         self.extents[source] = (min(first, times.start_ns), max(last, times.end_ns))
         self.spans += 1
-        stats = self.names.get(times.name)
+        name = (
+            times.name if times.name in self.names or len(self.names) < MAX_NAMES else OTHER_NAMES
+        )
+        stats = self.names.get(name)
         if stats is None:
-            stats = self.names[times.name] = NameStats()
+            stats = self.names[name] = NameStats()
         stats.count += 1
         stats.errors += times.error
         duration_ns = times.end_ns - times.start_ns
@@ -108,10 +116,14 @@ class SpanTables:
         if not times.parent_id:
             self.root_durations_ms.append(duration_ns / 1e6)
             entry = (duration_ns, times.trace_id, times.name)
+            if times.trace_id in self._slowest_ids:
+                return  # the same trace again (a batch written twice, a file given twice)
             if len(self._slowest) < TIMELINE_TRACES:
                 heapq.heappush(self._slowest, entry)
+                self._slowest_ids.add(times.trace_id)
             elif entry > self._slowest[0]:
-                heapq.heapreplace(self._slowest, entry)
+                self._slowest_ids.discard(heapq.heapreplace(self._slowest, entry)[1])
+                self._slowest_ids.add(times.trace_id)
 
     def slowest_traces(self) -> list[str]:
         """The trace ids of the slowest roots, slowest first."""
@@ -186,7 +198,9 @@ class Timelines:
         status = span.get("status")
         message = status.get("message") if isinstance(status, dict) else None
         shown = shown_attributes(decode_attributes(span.get("attributes")))
-        trace.spans.append((times, source, shown, shown_text(message) if message else ""))
+        # The status message passes the redaction rule as lens's exporters apply it.
+        status_text = redact_url_credentials(shown_text(message)) if message else ""
+        trace.spans.append((times, source, shown, status_text))
 
     def drawn(self, source_labels: list[str]) -> list[dict[str, Any]]:
         """Each chosen trace with spans, its rows in depth-first order (a child right under

@@ -59,11 +59,17 @@
   }
 
   function clock(ms) {
-    return new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC");
+    const date = new Date(ms);
+    if (Number.isNaN(date.getTime())) return "\u2013"; // past what a Date holds
+    return date.toISOString().replace("T", " ").replace("Z", " UTC");
+  }
+
+  function attributeText(attributes) {
+    return Object.entries(attributes || {}).map(([key, value]) => key + " = " + value);
   }
 
   function attributeLines(attributes) {
-    return Object.entries(attributes || {}).map(([key, value]) => plain(key + " = " + value));
+    return attributeText(attributes).map(plain);
   }
 
   function plot(node, traces, layout) {
@@ -224,8 +230,13 @@
       // Buckets empty in every series at either end are left out: they only crowd the axis.
       const used = metric.distribution.flatMap((series) =>
         series.counts.map((count, i) => (count > 0 ? i : -1)).filter((i) => i >= 0));
-      const first = used.length ? Math.min(...used) : 0;
-      const last = used.length ? Math.max(...used) : -1;
+      // A loop, not Math.min(...used): spreading thousands of arguments overflows the stack.
+      let first = Infinity;
+      let last = -1;
+      for (const i of used) {
+        first = Math.min(first, i);
+        last = Math.max(last, i);
+      }
       const traces = metric.distribution.map((series) => {
         const shown = series.counts.map((count, i) => [count, i]).filter(([, i]) => i >= first && i <= last);
         return {
@@ -418,7 +429,7 @@
         el("td", { class: "time" }, clock(row.timeMs)),
         el("td", { class: "severity" }, row.severity),
         el("td", {}, row.source),
-        el("td", { class: "message", title: attributeLines(row.attributes).join("\n") }, row.message),
+        el("td", { class: "message", title: attributeText(row.attributes).join("\n") }, row.message),
         el("td", {}, link)));
     }
     const head = el("tr", {}, ...["time (UTC)", "severity", "source", "message", "span"].map((name) => el("th", {}, name)));
@@ -442,10 +453,14 @@
       .then(() => setTimeout(drain, 0));
   }
 
-  header();
-  metrics();
-  spanTable();
-  timeline();
-  logs();
+  // One section that cannot be drawn must not blank the others.
+  for (const section of [header, metrics, spanTable, timeline, logs]) {
+    try {
+      section();
+    } catch (error) {
+      window.__lensErrors.push(String(error));
+      console.error("lens view: a section could not be drawn", error);
+    }
+  }
   drain();
 })();

@@ -18,7 +18,7 @@ import itertools
 import math
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from nemo.lens._view import _decimate, _quantiles
 from nemo.lens._view._otlp_json import (
@@ -32,6 +32,8 @@ from nemo.lens._view._otlp_json import (
     shown_attributes,
     shown_text,
 )
+
+_N = TypeVar("_N", int, float)
 
 #: Series per metric that get a line; the others are counted, not drawn.
 MAX_SERIES: Final = 20
@@ -355,8 +357,8 @@ def _finite_or_none(value: Any) -> float | None:
 
 def _buckets(data_field: str, point: dict[str, Any]) -> tuple[list[float], list[int]]:
     if data_field == "histogram":
-        bounds = [number(bound) for bound in _sequence(point.get("explicitBounds"))]
-        counts = [integer(count) for count in _sequence(point.get("bucketCounts"))]
+        bounds = _numbers(_sequence(point.get("explicitBounds")), float)
+        counts = _numbers(_sequence(point.get("bucketCounts")), int)
         if not counts:
             counts = [integer(point.get("count", 0))]
             bounds = []
@@ -374,7 +376,7 @@ def _buckets(data_field: str, point: dict[str, Any]) -> tuple[list[float], list[
         held = point.get(name)
         if not isinstance(held, dict):
             return 0, []
-        counts = [integer(count) for count in _sequence(held.get("bucketCounts"))]
+        counts = _numbers(_sequence(held.get("bucketCounts")), int)
         if len(counts) > MAX_BUCKETS or any(count < 0 for count in counts):
             raise Malformed("more buckets than a report draws, or a negative count")
         return integer(held.get("offset", 0)), counts
@@ -402,3 +404,12 @@ def _summary_row(point: dict[str, Any]) -> tuple[float, float, float]:
 def _sequence(value: Any) -> list[Any]:
     """A JSON list field; anything else (a string, a number) reads as empty."""
     return value if isinstance(value, list) else []
+
+
+def _numbers(items: list[Any], kind: type[_N]) -> list[_N]:
+    """A list of int64 strings or doubles, converted in one go (a histogram point's 16 or
+    more buckets are most of what a large file holds)."""
+    try:
+        return [kind(item) for item in items]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise Malformed(f"a bucket list holds what is not a number: {exc}") from exc

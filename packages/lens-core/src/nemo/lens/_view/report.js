@@ -247,7 +247,8 @@
         };
       });
       plot(dist, traces, baseLayout({
-        height: 220, barmode: "group", showlegend: metric.distribution.length > 1,
+        height: 240, barmode: "group", showlegend: metric.distribution.length > 1,
+        legend: { orientation: "h", y: -0.45, yanchor: "top", font: { size: 11 } },
         xaxis: { type: "category", title: { text: plain(metric.unit || "bucket") } },
         yaxis: { title: { text: "count" } },
       }));

@@ -36,6 +36,7 @@ Run: `python benchmarks/bench_view.py [--size-mb N]` (or `nox -s bench`). It alw
 
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import math
@@ -120,15 +121,16 @@ class Written:
     logs: int = 0
 
 
-class Series:
+class Series(abc.ABC):
     """One data point of one metric of one rank: a dict reused every export, its numbers
     changed in place before the request holding it is encoded."""
 
     def __init__(self, point: JSON) -> None:
         self.point = point
 
+    @abc.abstractmethod
     def update(self, time_ns: int, elapsed_s: float, rng: random.Random) -> None:
-        raise NotImplementedError
+        """Move the point's numbers to `time_ns`, `elapsed_s` into the run."""
 
 
 class Gauge(Series):

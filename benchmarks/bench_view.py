@@ -533,17 +533,19 @@ class RankJob:
             message = f"heartbeat: rank {self.rank} at iteration {self.iteration}"
             self._log(time_ns, 9, "INFO", message, None)
         if self.spans:
-            scope_spans = {"scope": self.scope, "spans": self.spans}
-            entry = {"resource": self.resource, "scopeSpans": [scope_spans]}
-            write(out, {"resourceSpans": [entry]}, self.written)
+            self._write_batch(out, ("resourceSpans", "scopeSpans", "spans"), self.spans)
             self.written.spans += len(self.spans)
             self.spans = []
         if self.logs:
-            scope_logs = {"scope": self.scope, "logRecords": self.logs}
-            entry = {"resource": self.resource, "scopeLogs": [scope_logs]}
-            write(out, {"resourceLogs": [entry]}, self.written)
+            self._write_batch(out, ("resourceLogs", "scopeLogs", "logRecords"), self.logs)
             self.written.logs += len(self.logs)
             self.logs = []
+
+    def _write_batch(self, out: TextIO, keys: tuple[str, str, str], records: list[JSON]) -> None:
+        """One export request of `records`: keys are (signal, scope list, record list)."""
+        signal, scopes, records_key = keys
+        entry = {"resource": self.resource, scopes: [{"scope": self.scope, records_key: records}]}
+        write(out, {signal: [entry]}, self.written)
 
 
 def write(out: TextIO, request: JSON, written: Written) -> None:

@@ -96,11 +96,14 @@ class Series:
             self.decimate(COMPACT_AT // 4)
 
     def decimate(self, runs: int) -> None:
-        kept = _decimate.kept_indices(self.times, self.values[self.columns[0]], runs)
-        self.times = array("d", (self.times[index] for index in kept))
+        self._keep(_decimate.kept_indices(self.times, self.values[self.columns[0]], runs))
+
+    def _keep(self, indices: list[int]) -> None:
+        """Keep only the points at `indices`, in that order, in every array."""
+        self.times = array("d", (self.times[index] for index in indices))
         for column in self.columns:
             held = self.values[column]
-            self.values[column] = array("d", (held[index] for index in kept))
+            self.values[column] = array("d", (held[index] for index in indices))
 
     def drawn(self, limit: int) -> dict[str, Any]:
         """The series as the page draws it: at most `limit` points, in time order."""
@@ -109,10 +112,7 @@ class Series:
         else:
             order = sorted(range(len(self.times)), key=self.times.__getitem__)
             if order != list(range(len(order))):
-                self.times = array("d", (self.times[index] for index in order))
-                for column in self.columns:
-                    held = self.values[column]
-                    self.values[column] = array("d", (held[index] for index in order))
+                self._keep(order)
         out: dict[str, Any] = {
             "source": self.source,
             "attributes": self.attributes,

@@ -97,6 +97,22 @@ _add_pyenv_interpreters_to_path()
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ.setdefault("PYTHONPYCACHEPREFIX", str(ROOT / ".nox" / "pycache"))
 
+# Every pytest run appends its failed tests here (tests/support/lens_failure_log.py), and
+# they are printed again after nox's summary: CI keeps only the end of a run's output.
+FAILURE_LOG = ROOT / ".nox" / "failed-tests.txt"
+FAILURE_LOG.parent.mkdir(exist_ok=True)
+FAILURE_LOG.unlink(missing_ok=True)
+os.environ["LENS_TEST_FAILURE_LOG"] = str(FAILURE_LOG)
+
+
+def _print_failed_tests() -> None:
+    if FAILURE_LOG.is_file():
+        print(f"nox > failed tests ({FAILURE_LOG.relative_to(ROOT)}):", flush=True)
+        print(FAILURE_LOG.read_text(encoding="utf-8"), end="", flush=True)
+
+
+atexit.register(_print_failed_tests)
+
 
 def test_workers() -> str:
     """pytest-xdist workers for a test run: one per core this process may use (the tests

@@ -33,6 +33,8 @@ from lens_env import clean_env
 CHILD_TIMEOUT_S = 120.0
 # Variables that would change what a child imports; it gets only the PYTHONPATH it is given.
 IMPORT_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH")
+# A pytest a test starts fails on purpose; its failures are not the run's (lens_failure_log).
+RUN_VARIABLES = ("LENS_TEST_FAILURE_LOG",)
 
 #: The line a child prints at the moment its exit is timed from.
 MARKER = "lens-child-marker"
@@ -65,7 +67,7 @@ def child_env(
 ) -> dict[str, str]:
     """The environment a child starts with (see the module docstring), plus `extra`; its
     PYTHONPATH is `python_path` alone. `also_strip` as for `lens_env.clean_env`."""
-    env = clean_env(also_strip=also_strip + IMPORT_VARIABLES)
+    env = clean_env(also_strip=also_strip + IMPORT_VARIABLES + RUN_VARIABLES)
     if python_path:
         env["PYTHONPATH"] = os.pathsep.join(str(entry) for entry in python_path)
     env.update(extra or {})

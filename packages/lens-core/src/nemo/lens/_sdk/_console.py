@@ -206,6 +206,11 @@ class _CurrentStdout(io.TextIOBase):
     def flush(self) -> None:
         sys.stdout.flush()
 
+    def close(self) -> None:
+        # stdout is not ours to close. IOBase's finaliser calls close() (which would flush)
+        # at interpreter exit too, when this module's `sys` may already be torn down.
+        pass
+
 
 def current_stdout() -> IO[str]:
     """A stream that follows `sys.stdout` (tests and notebooks replace it after setup)."""

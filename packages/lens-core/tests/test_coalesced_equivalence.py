@@ -231,11 +231,11 @@ def test_gauges_and_sums_are_buffered_and_histograms_recorded_directly() -> None
         record_metrics(meter, GROUP, g=1.5, c=2, h=3.0)
         buffer = _coalesce.buffer_for(meter)
         assert buffer is not None
-        pending = {id(instrument) for instrument in buffer._dirty}
+        pending = {id(instrument) for instrument, _ in buffer.buffered_entries()}
         assert len(pending) == 2
         names = set(exported(readers[0]))
         assert names == {"eq.gauge", "eq.counter", "eq.histogram"}
-        assert buffer._dirty == []
+        assert buffer.buffered_entries() == []
     finally:
         provider.shutdown()
 
@@ -249,6 +249,6 @@ def test_with_two_readers_only_gauges_are_buffered() -> None:
         record_metrics(meter, GROUP, g=1.5, c=2, u=1, h=3.0)
         buffer = _coalesce.buffer_for(meter)
         assert buffer is not None
-        assert len(buffer._dirty) == 1
+        assert len(buffer.buffered_entries()) == 1
     finally:
         provider.shutdown()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,8 +72,7 @@ def values_of(data: MetricsData | None, name: str) -> list[Any]:
 def pending_series(handle: TelemetryHandle) -> int:
     buffer = _coalesce.buffer_for(handle.meter)
     assert buffer is not None
-    with buffer._lock:
-        return sum(len(pending._series) for pending in buffer._dirty)
+    return len(buffer.buffered_entries())
 
 
 @pytest.fixture(autouse=True)
@@ -170,8 +170,12 @@ def test_sixteen_threads_adding_to_one_counter_give_the_exact_sum() -> None:
 
     def add() -> None:
         start.wait(10)
-        for _ in range(adds_n):
+        for number in range(adds_n):
             record_metrics(handle.meter, GROUP, tokens=1, attributes={"part": "a"})
+            if number % 100 == 0:
+                # Threads no longer wait for each other to record, so one could do all its
+                # adds in one hold of the interpreter lock: let the collector in.
+                time.sleep(0)
 
     def collect() -> None:
         start.wait(10)
@@ -190,6 +194,91 @@ def test_sixteen_threads_adding_to_one_counter_give_the_exact_sum() -> None:
         collected.extend(values_of(reader.get_metrics_data(), "co.tokens"))
         assert sum(collected) == threads_n * adds_n
         assert len(collected) > 1  # the collector did run in between
+    finally:
+        handle.shutdown()
+
+
+def test_the_gauge_value_set_last_wins_whichever_thread_set_it() -> None:
+    """Threads buffer apart; a gauge series several threads set hands over the value set
+    last, and each thread's sum of one series is added in."""
+    handle, reader = in_memory_setup(preferred_temporality=DELTA)
+    turns = [threading.Event() for _ in range(4)]
+
+    def first() -> None:
+        record_metrics(handle.meter, GROUP, loss=1.0, tokens=1)
+        turns[0].set()
+        turns[1].wait(10)
+        record_metrics(handle.meter, GROUP, loss=3.0, tokens=4)
+        turns[2].set()
+
+    def second() -> None:
+        turns[0].wait(10)
+        record_metrics(handle.meter, GROUP, loss=2.0, tokens=2)
+        turns[1].set()
+
+    try:
+        for order in ((first, second), (second, first)):
+            for turn in turns:
+                turn.clear()
+            threads = [threading.Thread(target=target) for target in order]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            record_metrics(handle.meter, GROUP, tokens=8)  # a third thread's values
+            data = reader.get_metrics_data()
+            assert values_of(data, "co.loss") == [3.0]
+            assert values_of(data, "co.tokens") == [15]
+    finally:
+        handle.shutdown()
+
+
+def test_ints_several_threads_add_past_int64_export_as_one_float_sum(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each thread checks the int64 bound against a budget of its own; together they never
+    let the SDK's int sum pass int64: the sum turns into a float, with one warning."""
+    handle, reader = in_memory_setup()
+    threads_n = 4
+
+    def add() -> None:
+        for _ in range(4):
+            record_metrics(handle.meter, GROUP, tokens=2**60)
+
+    try:
+        threads = [threading.Thread(target=add) for _ in range(threads_n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        record_metrics(handle.meter, GROUP, tokens=1)
+        [value] = values_of(reader.get_metrics_data(), "co.tokens")
+        assert type(value) is float
+        assert value == pytest.approx(threads_n * 4 * 2**60 + 1)
+        warned = [r for r in caplog.records if "would pass int64" in r.getMessage()]
+        assert len(warned) == 1
+        record_metrics(handle.meter, GROUP, tokens=3)
+        assert type(values_of(reader.get_metrics_data(), "co.tokens")[0]) is float
+    finally:
+        handle.shutdown()
+
+
+def test_an_ended_thread_loses_no_value_and_leaves_no_cell() -> None:
+    """Values buffered by a thread that has ended reach the next collection; then its
+    cell goes, so a process that starts a thread per task keeps a bounded buffer."""
+    handle, reader = in_memory_setup(preferred_temporality=DELTA)
+    buffer = _coalesce.buffer_for(handle.meter)
+    assert buffer is not None
+    try:
+        for number in range(50):
+            thread = threading.Thread(
+                target=record_metrics, args=(handle.meter, GROUP), kwargs={"tokens": number}
+            )
+            thread.start()
+            thread.join(30)
+        assert len(buffer._cells) == 50
+        assert values_of(reader.get_metrics_data(), "co.tokens") == [sum(range(50))]
+        assert buffer._cells == []
     finally:
         handle.shutdown()
 
@@ -226,9 +315,7 @@ def test_a_forked_child_starts_empty_and_never_flushes_the_parent_values() -> No
             record_metrics(handle.meter, GROUP, tokens=100)  # into the child's region
             inherited_collect = reader.get_metrics_data()
             # The parent's pending value was neither flushed nor added to here.
-            still_pending = [
-                entry[0] for pending in parent_buffer._dirty for entry in pending._series.values()
-            ]
+            still_pending = [entry[0] for _, entry in parent_buffer.buffered_entries()]
             own_reader = InMemoryMetricReader()
             own = setup_telemetry(
                 NemoLensConfig(enabled=True, traces_enabled=False), metric_reader=own_reader

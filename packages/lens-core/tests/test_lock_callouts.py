@@ -175,6 +175,27 @@ def _buffer_locks() -> list[object]:
     return [buffer._lock for buffer in buffers if buffer is not None]
 
 
+def _cell_locks() -> list[object]:
+    _coalesce = _loaded("instruments._coalesce")
+    if _coalesce is None:
+        return []
+    buffers = [reference() for reference in list(_coalesce._buffers.values())]
+    return [cell.lock for buffer in buffers if buffer is not None for cell in buffer._cells]
+
+
+def _int64_guard_locks() -> list[object]:
+    _coalesce = _loaded("instruments._coalesce")
+    if _coalesce is None:
+        return []
+    buffers = [reference() for reference in list(_coalesce._buffers.values())]
+    return [
+        pending._int64_lock
+        for buffer in buffers
+        if buffer is not None
+        for pending in list(buffer._pending.values())
+    ]
+
+
 def _span_queue_locks() -> list[object]:
     _span_queue = _loaded("_sdk._span_queue")
     live = getattr(_span_queue, "_live_gates", ())  # also absent while it is imported
@@ -200,6 +221,8 @@ _WALKED: dict[tuple[str, str], Callable[[], list[object]]] = {
     ("strategies.py", "_lock"): _module_lock("strategies", "_lock"),
     ("instruments/_record.py", "_lock"): _int64_sum_locks,
     ("instruments/_coalesce.py", "_lock"): _buffer_locks,
+    ("instruments/_coalesce.py", "lock"): _cell_locks,
+    ("instruments/_coalesce.py", "_int64_lock"): _int64_guard_locks,
     ("_log_filters.py", "_lock"): _module_lock("_log_filters", "_lock"),
     ("resources.py", "_lock"): _module_lock("resources", "_gpu_count_memory", "_lock"),
     ("_sdk/_span_queue.py", "_lock"): _span_queue_locks,

@@ -19,16 +19,20 @@ the span that recorded them), and a measurement's timestamp is its collection's.
 
 Values are validated by `record_metrics` before they get here; nothing here raises on
 the recording path. A series is keyed as the cardinality limit keys it, as the installed
-SDK does (`nemo.lens.instruments._series`). Thread-safe: one lock per buffer, held for a
-few dict operations per value (and by a flush to take the values), never while logging
-or calling the SDK. A flush also holds its own lock while it hands the values to the SDK,
-so flushes run one at a time; `record_metrics` never takes that one, and nothing is
-logged under it. A forked child forgets every buffer: its parent's pending values are
-the parent's to export (`_forget_buffers_in_child`, a fork hook).
+SDK does (`nemo.lens.instruments._series`). Thread-safe, and threads do not wait for each
+other: each thread buffers into cells of its own, behind a lock that only it and a flush
+take, held for a few dict operations per value and never while logging or calling the
+SDK. Within one thread the SDK gets a series' values in the order given; across threads a
+sum reaches it as one partial sum per thread, and a gauge as the value set last. A flush
+also holds a lock of its own while it hands the values to the SDK, so flushes run one at a
+time; `record_metrics` never takes that one, and nothing is logged under it. A forked
+child forgets every buffer: its parent's pending values are the parent's to export
+(`_forget_buffers_in_child`, a fork hook).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import weakref
@@ -38,6 +42,7 @@ from typing import Any, Final
 from opentelemetry import context as otel_context
 
 from nemo.lens import _fork_hooks, _otel_internals
+from nemo.lens._attributes import INT64_MAX
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.instruments._series import SeriesAttributes, keyed
 
@@ -54,8 +59,10 @@ _NO_ATTRIBUTES: Final[frozenset[Any]] = frozenset()
 class CoalescingBuffer:
     """The values recorded on one pipeline's coalesced instruments since its last collection.
 
-    Its lock guards only dict operations: no logging and no SDK call ever runs under it,
-    so a logging handler that records metrics, in any thread, cannot deadlock with it.
+    Each thread keeps the values it records on an instrument in a cell of its own
+    (`_Cell`), behind a lock only that thread and a flush take: threads never wait for
+    each other. No logging and no SDK call ever runs under a cell's lock or the buffer's,
+    so a logging handler that records metrics, in any thread, cannot deadlock with them.
 
     A buffered series is exactly one SDK series (keyed by `_series.series_key`), or a
     gauge's last value could be handed over out of order.
@@ -67,17 +74,17 @@ class CoalescingBuffer:
             same floats in another grouping (and round differently) than direct recording.
     """
 
-    __slots__ = ("__weakref__", "_dirty", "_flush_lock", "_lock", "_pending", "coalesce_sums")
+    __slots__ = ("__weakref__", "_cells", "_flush_lock", "_lock", "_pending", "coalesce_sums")
 
     def __init__(self, *, coalesce_sums: bool) -> None:
         self.coalesce_sums = coalesce_sums
-        # Neither lock is taken across fork(): a child never touches its parent's buffers
-        # (see `_forget_buffers_in_child`). `_lock` guards the buffered series; a flush
+        # No lock here is taken across fork(): a child never touches its parent's buffers
+        # (see `_forget_buffers_in_child`). `_lock` guards the list of cells; a flush
         # holds `_flush_lock` while it hands values to the SDK.
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        #: The instruments holding values, in the order they first got one.
-        self._dirty: list[PendingInstrument] = []
+        #: Every cell, in the order they got their first value.
+        self._cells: list[_Cell] = []
         #: One per SDK instrument, however many groups or registrations record on it.
         self._pending: dict[object, PendingInstrument] = {}
 
@@ -95,9 +102,31 @@ class CoalescingBuffer:
         pending = self._pending.get(instrument)
         if pending is None:
             pending = self._pending[instrument] = PendingInstrument(
-                self, getattr(instrument, record_name), last_wins=kind == "gauge"
+                self,
+                getattr(instrument, record_name),
+                last_wins=kind == "gauge",
+                name=str(getattr(instrument, "name", "")),
             )
         return pending.keep
+
+    def add_cell(self, pending: PendingInstrument) -> _Cell:
+        """A new cell of `pending` for the calling thread."""
+        cell = _Cell(pending, threading.current_thread())
+        with self._lock:
+            self._cells.append(cell)
+            pending.cells += 1
+            pending.threaded = pending.cells > 1
+        return cell
+
+    def buffered_entries(self) -> list[tuple[PendingInstrument, list[Any]]]:
+        """Every buffered entry with its instrument, cell by cell (for tests)."""
+        with self._lock:
+            cells = list(self._cells)
+        entries: list[tuple[PendingInstrument, list[Any]]] = []
+        for cell in cells:
+            with cell.lock:
+                entries.extend((cell.pending, entry) for entry in cell.series.values())
+        return entries
 
     def flush(self) -> None:
         """Hand every buffered series to its SDK instrument, then forget it; never raises.
@@ -109,12 +138,27 @@ class CoalescingBuffer:
         failures: list[Exception] = []
         with self._flush_lock:
             with self._lock:
-                batches = [(pending, pending.take()) for pending in self._dirty]
-                self._dirty.clear()
-            if batches:
-                self._hand_over(batches, failures)
+                cells = list(self._cells)
+            # A thread that had ended before its cell is taken records no more: once
+            # taken, that cell goes (one found ended only later waits for the next flush).
+            ended = {id(cell) for cell in cells if not cell.owner_alive()}
+            taken = [(cell.pending, series) for cell in cells if (series := cell.take())]
+            if ended:
+                with self._lock:
+                    self._cells = [cell for cell in self._cells if id(cell) not in ended]
+            if taken:
+                self._hand_over(taken, failures)
         # Logged once the flush lock is released: a logging handler may call back into
         # lens, and a flush of its own there must not wait for this one.
+        for pending in list(self._pending.values()):
+            if pending.passed_int64 == 1:
+                pending.passed_int64 = 2
+                _warnings.warn(
+                    ("int64-sum", pending.name),
+                    "record_metrics: the running sum of %r would pass int64, which OTLP "
+                    "cannot carry; its values are recorded as floats from now on",
+                    pending.name,
+                )
         for exc in failures:
             _warnings.warn(
                 ("flush", type(exc).__name__),
@@ -124,47 +168,129 @@ class CoalescingBuffer:
                 exc,
             )
 
-    def _hand_over(
-        self,
-        batches: list[tuple[PendingInstrument, dict[Any, list[Any]]]],
-        failures: list[Exception],
-    ) -> None:
+    def _hand_over(self, taken: list[_Taken], failures: list[Exception]) -> None:
+        _keep_latest_gauge_values(taken)
         # An empty context: a collection started inside a span must not lend that span's
         # trace to exemplars of values recorded elsewhere.
         token = otel_context.attach(otel_context.Context())
         try:
-            for pending, series in batches:
+            # A sum several threads added to reaches the SDK as one value per thread,
+            # which it adds up.
+            for pending, series in taken:
                 record = pending.record
-                for value, attributes in series.values():
+                for entry in series.values():
+                    value = entry[0]
                     if value is _HANDED_OVER:
                         continue
                     try:
-                        record(value, attributes)
+                        record(value, entry[1])
                     except Exception as exc:
                         failures.append(exc)
         finally:
             otel_context.detach(token)
 
 
-class PendingInstrument:
-    """One SDK instrument's buffered series: key -> [value, attributes as first given]."""
+#: One cell's values at a flush: its instrument, and series key -> entry. An entry is
+#: [value, attributes as first given], and a gauge's also holds the `_order` number of
+#: its last value (0 until a second thread set values on the instrument).
+_Taken = tuple["PendingInstrument", dict[frozenset[Any], list[Any]]]
 
-    __slots__ = ("_dirty", "_lock", "_series", "last_wins", "record")
+#: Orders gauge values across threads: the last one set wins, whichever thread set it.
+_order = itertools.count(1)
+
+
+class _Cell:
+    """One thread's buffered values of one instrument; its lock is taken by that thread
+    and by a flush."""
+
+    __slots__ = ("int64_budget", "lock", "owner", "pending", "series")
+
+    def __init__(self, pending: PendingInstrument, owner: threading.Thread) -> None:
+        self.pending = pending
+        self.lock = threading.Lock()
+        self.series: dict[frozenset[Any], list[Any]] = {}
+        self.owner = weakref.ref(owner)
+        #: How much magnitude of ints this cell may still add before it takes more room
+        #: from its instrument's int64 guard (see `PendingInstrument`).
+        self.int64_budget = 0
+
+    def take(self) -> dict[frozenset[Any], list[Any]]:
+        """Return the buffered values and start afresh."""
+        with self.lock:
+            series, self.series = self.series, {}
+        return series
+
+    def owner_alive(self) -> bool:
+        owner = self.owner()
+        return owner is not None and owner.is_alive()
+
+
+def _keep_latest_gauge_values(taken: list[_Taken]) -> None:
+    """Of a gauge series several threads set, keep only the value set last."""
+    latest: dict[tuple[PendingInstrument, frozenset[Any]], list[Any]] = {}
+    shared = []
+    for pending, series in taken:
+        if pending.threaded and pending.last_wins:
+            shared.append((pending, series))
+            for key, entry in series.items():
+                seen = latest.setdefault((pending, key), entry)
+                if entry[2] > seen[2]:
+                    latest[pending, key] = entry
+    for pending, series in shared:
+        for key in [key for key, entry in series.items() if latest[pending, key] is not entry]:
+            del series[key]
+
+
+class PendingInstrument:
+    """One SDK instrument of a buffer: how its values are kept and handed over.
+
+    A sum's ints are kept within int64 here, as `record_metrics`'s int64 guard does for
+    direct recording (the SDK sums the ints it is given, and a sum past int64 makes every
+    export fail to encode): the bound is the total of the magnitudes of the ints
+    recorded, and once the next one would pass INT64_MAX, it and every later value are
+    kept as floats, which makes the SDK's sum a double. Each cell spends a budget taken
+    from the instrument's remaining room in chunks, so a thread checks the bound under
+    the cell's lock alone; with one thread that is the exact bound, with several it may
+    switch a little early (never late).
+    """
+
+    __slots__ = (
+        "_buffer",
+        "_int64_left",
+        "_int64_lock",
+        "_local",
+        "cells",
+        "last_wins",
+        "name",
+        "passed_int64",
+        "record",
+        "threaded",
+    )
 
     def __init__(
-        self, buffer: CoalescingBuffer, record: Callable[..., object], *, last_wins: bool
+        self,
+        buffer: CoalescingBuffer,
+        record: Callable[..., object],
+        *,
+        last_wins: bool,
+        name: str,
     ) -> None:
-        self._lock = buffer._lock
-        self._dirty = buffer._dirty
+        self._buffer = buffer
+        self.name = name
         #: A gauge's (its interval's last value wins); else a sum's (its values add up).
         self.last_wins = last_wins
         self.record = record
-        self._series: dict[frozenset[Any], list[Any]] = {}
-
-    def take(self) -> dict[frozenset[Any], list[Any]]:
-        """Return the buffered series and start afresh (the buffer's lock is held)."""
-        series, self._series = self._series, {}
-        return series
+        #: The calling thread's cell, once it kept a value here.
+        self._local = threading.local()
+        #: How many threads have kept values here (under the buffer's lock); from the
+        #: second on (`threaded`), gauge values carry the order they were set in.
+        self.cells = 0
+        self.threaded = False
+        # The int64 guard: the room no cell has taken yet (under `_int64_lock`), and 0,
+        # 1 (passed, not yet warned) or 2 (warned).
+        self._int64_lock = threading.Lock()
+        self._int64_left = INT64_MAX
+        self.passed_int64 = 0
 
     def keep(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         """The instrument's `set` or `add`: keep `value` for the next collection.
@@ -176,21 +302,43 @@ class PendingInstrument:
             if type(attributes) is not SeriesAttributes:
                 attributes = keyed(attributes)
             key = attributes.series_key
-            if key is None:  # a set no series key can hold: the SDK decides
+            if key is None:  # a set no series key can hold: the SDK decides, at once
+                if type(value) is int and not self.last_wins:
+                    with self._int64_lock:
+                        value = self._within_int64(value, 0)[0]
                 self.record(value, attributes)
                 return
         else:
             key, attributes = _NO_ATTRIBUTES, None
-        with self._lock:
-            series = self._series
+        try:
+            cell = self._local.cell
+        except AttributeError:
+            cell = self._local.cell = self._buffer.add_cell(self)
+        with cell.lock:
+            series = cell.series
+            if self.last_wins:
+                entry = series.get(key)
+                if entry is None:
+                    series[key] = [value, attributes, next(_order) if self.threaded else 0]
+                elif self.threaded:
+                    entry[0] = value
+                    entry[2] = next(_order)
+                else:
+                    entry[0] = value
+                return
+            if type(value) is int:
+                if self.passed_int64:
+                    value = float(value)
+                else:
+                    magnitude = value if value >= 0 else -value
+                    if magnitude <= cell.int64_budget:
+                        cell.int64_budget -= magnitude
+                    else:
+                        with self._int64_lock:
+                            value, cell.int64_budget = self._within_int64(value, cell.int64_budget)
             entry = series.get(key)
             if entry is None:
-                if not series:
-                    self._dirty.append(self)
                 series[key] = [value, attributes]
-                return
-            if self.last_wins:
-                entry[0] = value
                 return
             total = entry[0]
             if total is _HANDED_OVER:
@@ -208,6 +356,23 @@ class PendingInstrument:
             first_given = entry[1]
         for number in direct:
             self.record(number, first_given)
+
+    def _within_int64(self, value: int, budget: int) -> tuple[int | float, int]:
+        """`value` as it may be summed (as a float once ints could pass int64), and the
+        budget left to the cell that had `budget`; the int64 lock is held."""
+        magnitude = value if value >= 0 else -value
+        taken = min(max(magnitude, _INT64_CHUNK), self._int64_left)
+        self._int64_left -= taken
+        budget += taken
+        if magnitude <= budget:
+            return value, budget - magnitude
+        self.passed_int64 = self.passed_int64 or 1
+        return float(value), budget
+
+
+#: How much int64 room a cell takes at a time: its thread checks the bound without the
+#: instrument's lock for 2**48 of magnitude, and 32,768 cells could take it all.
+_INT64_CHUNK: Final = 2**48
 
 
 # A sum series recorded directly until the next collection (see `keep`).

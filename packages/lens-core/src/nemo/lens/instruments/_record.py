@@ -100,8 +100,10 @@ def record_metrics(
             cache = _attach(state, meter)
             if cache is None:
                 return
-        items: Mapping[Any, Any] = kwargs if values is None else _merge(state, values, kwargs)
         emitters = cache.emitters
+        if not emitters and cache.silent:  # a meter this group records nothing on: warned
+            return
+        items: Mapping[Any, Any] = kwargs if values is None else _merge(state, values, kwargs)
         bounded = False
         if attributes is not None:
             attributes = _clean_attributes(state, attributes)
@@ -298,6 +300,7 @@ def _create_emitter(
     if cache.inherited:
         return _child_emitter(state, cache, meter, spec)
     if cache.finished:
+        cache.silent = True
         state.warnings.warn(
             ("finished", type(meter).__qualname__),
             "record_metrics: the setup this meter belongs to was shut down "
@@ -373,6 +376,7 @@ def _child_emitter(  # pragma: no cover - runs in forked children, which coverag
         return entry
     record = _forked_children.child_recorder(_inheritance.consumer_of(meter), meter, spec)
     if record is None:
+        cache.silent = True
         state.warnings.warn(
             ("inherited", type(meter).__qualname__),
             "record_metrics: this process was forked from one that had this meter's "
@@ -414,21 +418,26 @@ def _create_and_keep(
         if error is None:
             entry = cache.emitters.get(spec.key)  # another thread's, created meanwhile
             if entry is None and not cache.finished:
-                if direct is None and buffer is not None:  # dict work only, no SDK call
-                    direct = buffer.instrument(instrument, record_name, spec.kind)
                 if direct is not None:
                     entry = cache.emitters[spec.key] = _emitter(state, spec, direct)
+                elif buffer is not None:  # dict work only, no SDK call
+                    # The buffer keeps int sums within int64 itself, at hand-over.
+                    keep = buffer.instrument(instrument, record_name, spec.kind)
+                    entry = cache.emitters[spec.key] = _emitter(state, spec, keep, guard=False)
         if error is not None:
             cache.failed.add(spec.key)
     return entry, error, advisory_error
 
 
-def _emitter(state: MetricGroup, spec: MetricSpec, emit: Callable[..., object]) -> Emitter:
-    """The entry `record_metrics` keeps for a key whose instrument records with `emit`."""
+def _emitter(
+    state: MetricGroup, spec: MetricSpec, emit: Callable[..., object], *, guard: bool = True
+) -> Emitter:
+    """The entry `record_metrics` keeps for a key whose instrument records with `emit`
+    (for a sum, behind the int64 guard unless `guard` is false)."""
     # The floor is also the fast path's int64 bound for signed kinds.
     lowest = 0 if spec.kind in NON_NEGATIVE_KINDS else INT64_MIN
     emit_int = emit
-    if spec.kind in SUM_KINDS:
+    if guard and spec.kind in SUM_KINDS:
         # Only ints can pass int64; floats skip the guard's extra call.
         emit_int = _Int64Sum(emit, _sum_warning(state, spec.key))
     return emit, emit_int, lowest

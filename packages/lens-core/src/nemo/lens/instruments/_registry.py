@@ -40,6 +40,7 @@ class MeterCache:
         "finished",
         "inherited",
         "ref",
+        "silent",
     )
 
     def __init__(self, ref: Any) -> None:
@@ -65,6 +66,10 @@ class MeterCache:
         #: True in a forked child once this (inherited) meter records into the child's
         #: shared region (see `nemo.lens._forked_children`).
         self.child = False
+        #: True once recording learnt that this group records nothing on this meter (it
+        #: is finished, or inherited by a child whose parent takes none of its values) and
+        #: warned once: every later call returns at its first look, with `emitters` empty.
+        self.silent = False
 
 
 class MetricGroup:
@@ -105,6 +110,7 @@ def _drop_inherited_instruments() -> None:
             cache.inherited = True
             cache.buffer = None
             cache.child = False
+            cache.silent = False
 
 
 _fork_hooks.register("inherited instruments", after_in_child=_drop_inherited_instruments)

@@ -5,7 +5,8 @@ slow machine moves both sides together (timing targets live here, never in unit 
 `alternate` times candidate and baseline in alternating rounds and takes the median of the
 per-round ratios; `ratio_row` turns that into a table row with its target and verdict, and
 `print_table` prints the rows under a header. `print_versions` opens every output with the
-interpreter and the OpenTelemetry and lens releases it ran against.
+interpreter and the OpenTelemetry and lens releases it ran against; `release` gives an
+installed release as numbers, for a target that depends on it.
 
 The scripts import it as `harness` (their own directory is first on `sys.path`); nox's
 `bench` session runs only the `bench_*.py` files, so it never runs this module itself.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import pathlib
+import re
 import statistics
 import sys
 import time
@@ -33,6 +35,20 @@ def installed(distribution: str) -> str:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def release(distribution: str) -> tuple[int, ...]:
+    """The installed release of `distribution` as numbers, e.g. (1, 45, 1) for 1.45.1 and
+    (0, 44) for 0.44b0, for a target that depends on it; () when it is not installed."""
+    numbers = []
+    for part in installed(distribution).split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        numbers.append(int(digits.group()))
+        if digits.group() != part:  # a pre-release tail ("44b0") ends the numbers
+            break
+    return tuple(numbers)
 
 
 def print_versions() -> None:

@@ -869,11 +869,12 @@ def run_docs_build(session: nox.Session) -> None:
 
 
 def run_benchmarks(session: nox.Session, otel: str) -> None:
-    """Run every benchmarks/bench_*.py script against lens-core[sdk,view] (with the RL shim,
-    which bench_shim.py measures) editable at one OpenTelemetry release. Posargs reach
+    """Run every benchmarks/bench_*.py script against lens-core[sdk,view,prometheus] (the
+    prometheus extra brings prometheus_client, bench_per_value.py's anchor) with the RL
+    shim (bench_shim.py measures it), editable at one OpenTelemetry release. Posargs reach
     every script, so pass only options they all accept (or none)."""
     session.install(
-        "-e", f"{CORE}[sdk,view]", "-e", str(SHIMS["rl"]), *otel_pins(otel),
+        "-e", f"{CORE}[sdk,view,prometheus]", "-e", str(SHIMS["rl"]), *otel_pins(otel),
         *COMPANION_PINS.get(otel, ()),
     )  # fmt: skip
     show_versions(session)

@@ -263,9 +263,9 @@ def test_ints_several_threads_add_past_int64_export_as_one_float_sum(
         handle.shutdown()
 
 
-def test_an_ended_thread_loses_no_value_and_leaves_no_cell() -> None:
+def test_an_ended_thread_loses_no_value_and_leaves_no_shard() -> None:
     """Values buffered by a thread that has ended reach the next collection; then its
-    cell goes, so a process that starts a thread per task keeps a bounded buffer."""
+    shard goes, so a process that starts a thread per task keeps a bounded buffer."""
     handle, reader = in_memory_setup(preferred_temporality=DELTA)
     buffer = _coalesce.buffer_for(handle.meter)
     assert buffer is not None
@@ -276,9 +276,9 @@ def test_an_ended_thread_loses_no_value_and_leaves_no_cell() -> None:
             )
             thread.start()
             thread.join(30)
-        assert len(buffer._cells) == 50
+        assert len(buffer._shards) == 50
         assert values_of(reader.get_metrics_data(), "co.tokens") == [sum(range(50))]
-        assert buffer._cells == []
+        assert buffer._shards == []
     finally:
         handle.shutdown()
 
@@ -405,7 +405,7 @@ def test_a_failing_hand_over_is_warned_once_and_never_raises(
             raise RuntimeError("instrument gone")
 
     buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
-    record = buffer.instrument(Broken(), "set", "gauge")
+    record = buffer.instrument(Broken(), "set", "gauge").keep
     record(1.0, {"a": 1})
     with caplog.at_level(logging.WARNING, logger="nemo.lens"):
         buffer.flush()
@@ -426,7 +426,7 @@ def test_a_set_without_a_series_key_reaches_the_sdk_at_once() -> None:
             recorded.append((value, attributes))
 
     buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
-    record = buffer.instrument(Recording(), "set", "gauge")
+    record = buffer.instrument(Recording(), "set", "gauge").keep
     record(1.0, {"ids": [1, 2]})
     record(2.0, {"ids": (1, 2)})
     assert recorded == [(1.0, {"ids": [1, 2]})]

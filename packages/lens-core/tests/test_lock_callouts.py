@@ -175,12 +175,12 @@ def _buffer_locks() -> list[object]:
     return [buffer._lock for buffer in buffers if buffer is not None]
 
 
-def _cell_locks() -> list[object]:
+def _shard_locks() -> list[object]:
     _coalesce = _loaded("instruments._coalesce")
     if _coalesce is None:
         return []
     buffers = [reference() for reference in list(_coalesce._buffers.values())]
-    return [cell.lock for buffer in buffers if buffer is not None for cell in buffer._cells]
+    return [shard.lock for buffer in buffers if buffer is not None for shard in buffer._shards]
 
 
 def _int64_guard_locks() -> list[object]:
@@ -189,7 +189,7 @@ def _int64_guard_locks() -> list[object]:
         return []
     buffers = [reference() for reference in list(_coalesce._buffers.values())]
     return [
-        pending._int64_lock
+        pending.int64_lock
         for buffer in buffers
         if buffer is not None
         for pending in list(buffer._pending.values())
@@ -221,8 +221,8 @@ _WALKED: dict[tuple[str, str], Callable[[], list[object]]] = {
     ("strategies.py", "_lock"): _module_lock("strategies", "_lock"),
     ("instruments/_record.py", "_lock"): _int64_sum_locks,
     ("instruments/_coalesce.py", "_lock"): _buffer_locks,
-    ("instruments/_coalesce.py", "lock"): _cell_locks,
-    ("instruments/_coalesce.py", "_int64_lock"): _int64_guard_locks,
+    ("instruments/_coalesce.py", "lock"): _shard_locks,
+    ("instruments/_coalesce.py", "int64_lock"): _int64_guard_locks,
     ("_log_filters.py", "_lock"): _module_lock("_log_filters", "_lock"),
     ("resources.py", "_lock"): _module_lock("resources", "_gpu_count_memory", "_lock"),
     ("_sdk/_span_queue.py", "_lock"): _span_queue_locks,

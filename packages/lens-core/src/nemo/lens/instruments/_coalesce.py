@@ -20,14 +20,14 @@ the span that recorded them), and a measurement's timestamp is its collection's.
 Values are validated by `record_metrics` before they get here; nothing here raises on
 the recording path. A series is keyed as the cardinality limit keys it, as the installed
 SDK does (`nemo.lens.instruments._series`). Thread-safe, and threads do not wait for each
-other: each thread buffers into cells of its own, behind a lock that only it and a flush
-take, held for a few dict operations per value and never while logging or calling the
-SDK. Within one thread the SDK gets a series' values in the order given; across threads a
-sum reaches it as one partial sum per thread, and a gauge as the value set last. A flush
-also holds a lock of its own while it hands the values to the SDK, so flushes run one at a
-time; `record_metrics` never takes that one, and nothing is logged under it. A forked
-child forgets every buffer: its parent's pending values are the parent's to export
-(`_forget_buffers_in_child`, a fork hook).
+other: each thread buffers into a shard of its own, behind a lock that only it and a flush
+take, held once per `record_metrics` call for a few dict operations per value and never
+while logging or calling the SDK. Within one thread the SDK gets a series' values in the
+order given; across threads a sum reaches it as one partial sum per thread, and a gauge
+as the value set last. A flush also holds a lock of its own while it hands the values to
+the SDK, so flushes run one at a time; `record_metrics` never takes that one, and nothing
+is logged under it. A forked child forgets every buffer: its parent's pending values are
+the parent's to export (`_forget_buffers_in_child`, a fork hook).
 """
 
 from __future__ import annotations
@@ -59,10 +59,11 @@ _NO_ATTRIBUTES: Final[frozenset[Any]] = frozenset()
 class CoalescingBuffer:
     """The values recorded on one pipeline's coalesced instruments since its last collection.
 
-    Each thread keeps the values it records on an instrument in a cell of its own
-    (`_Cell`), behind a lock only that thread and a flush take: threads never wait for
-    each other. No logging and no SDK call ever runs under a cell's lock or the buffer's,
-    so a logging handler that records metrics, in any thread, cannot deadlock with them.
+    Each thread keeps the values it records in a shard of its own (`_Shard`), behind a
+    lock only that thread and a flush take: threads never wait for each other, and one
+    `record_metrics` call takes that lock once for all its coalesced values (`keep_call`).
+    No logging and no SDK call ever runs under a shard's lock or the buffer's, so a
+    logging handler that records metrics, in any thread, cannot deadlock with them.
 
     A buffered series is exactly one SDK series (keyed by `_series.series_key`), or a
     gauge's last value could be handed over out of order.
@@ -74,17 +75,31 @@ class CoalescingBuffer:
             same floats in another grouping (and round differently) than direct recording.
     """
 
-    __slots__ = ("__weakref__", "_cells", "_flush_lock", "_lock", "_pending", "coalesce_sums")
+    __slots__ = (
+        "__weakref__",
+        "_flush_lock",
+        "_local",
+        "_lock",
+        "_pending",
+        "_shards",
+        "coalesce_sums",
+        "threaded",
+    )
 
     def __init__(self, *, coalesce_sums: bool) -> None:
         self.coalesce_sums = coalesce_sums
         # No lock here is taken across fork(): a child never touches its parent's buffers
-        # (see `_forget_buffers_in_child`). `_lock` guards the list of cells; a flush
+        # (see `_forget_buffers_in_child`). `_lock` guards the list of shards; a flush
         # holds `_flush_lock` while it hands values to the SDK.
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        #: Every cell, in the order they got their first value.
-        self._cells: list[_Cell] = []
+        #: The calling thread's shard, once it kept a value here.
+        self._local = threading.local()
+        #: Every thread's shard, in the order the threads first kept a value here.
+        self._shards: list[_Shard] = []
+        #: True once a second thread kept values here: gauge values then carry the order
+        #: they were set in, so the value set last wins across threads.
+        self.threaded = False
         #: One per SDK instrument, however many groups or registrations record on it.
         self._pending: dict[object, PendingInstrument] = {}
 
@@ -92,13 +107,9 @@ class CoalescingBuffer:
         """True when values of instruments of `kind` are buffered here."""
         return kind == "gauge" or (self.coalesce_sums and kind in COALESCED_KINDS)
 
-    def instrument(self, instrument: object, record_name: str, kind: str) -> Callable[..., None]:
-        """The record method `record_metrics` calls for SDK `instrument` of `kind`.
-
-        It has the signature of the instrument's own `set` or `add` (`record_name`),
-        `(value, attributes)`, and keeps the value for the next collection. Called under
-        the registry lock.
-        """
+    def instrument(self, instrument: object, record_name: str, kind: str) -> PendingInstrument:
+        """The buffer's side of SDK `instrument` of `kind`, whose own record method is
+        `record_name` (`set` or `add`). Called under the registry lock."""
         pending = self._pending.get(instrument)
         if pending is None:
             pending = self._pending[instrument] = PendingInstrument(
@@ -107,25 +118,77 @@ class CoalescingBuffer:
                 last_wins=kind == "gauge",
                 name=str(getattr(instrument, "name", "")),
             )
-        return pending.keep
+        return pending
 
-    def add_cell(self, pending: PendingInstrument) -> _Cell:
-        """A new cell of `pending` for the calling thread."""
-        cell = _Cell(pending, threading.current_thread())
-        with self._lock:
-            self._cells.append(cell)
-            pending.cells += 1
-            pending.threaded = pending.cells > 1
-        return cell
+    def shard(self) -> _Shard:
+        """The calling thread's shard, made on its first value."""
+        try:
+            shard: _Shard = self._local.shard
+        except AttributeError:
+            shard = self._local.shard = _Shard(threading.current_thread())
+            with self._lock:
+                self._shards.append(shard)
+                self.threaded = len(self._shards) > 1
+        return shard
+
+    def keep_call(
+        self,
+        kept: Mapping[str, tuple[PendingInstrument, int]],
+        items: Mapping[Any, Any],
+        attributes: Mapping[str, object] | None,
+    ) -> dict[Any, Any]:
+        """Keep the values of one `record_metrics` call that need nothing but a store, under
+        one hold of the thread's shard lock; return the rest, for the caller's full path.
+
+        `kept` maps a key whose instrument coalesces here to it and the lowest value its
+        kind takes; a value kept is a float in [lowest, inf) or an int in [lowest, int64].
+        """
+        rest: dict[Any, Any] = {}
+        if attributes:
+            if type(attributes) is not SeriesAttributes:
+                attributes = keyed(attributes)
+            key = attributes.series_key
+            if key is None:  # a set no series key can hold: the SDK decides, at once
+                return dict(items)
+        else:
+            key, attributes = _NO_ATTRIBUTES, None
+        try:
+            shard = self._local.shard
+        except AttributeError:
+            shard = self.shard()
+        direct: list[tuple[PendingInstrument, Mapping[str, object] | None, tuple[Any, ...]]] = []
+        with shard.lock:
+            for name, value in items.items():
+                entry = kept.get(name)
+                if entry is None:
+                    rest[name] = value
+                    continue
+                pending, lowest = entry
+                value_type = type(value)
+                if value_type is float:
+                    if not lowest <= value < _INFINITY:
+                        rest[name] = value
+                        continue
+                elif value_type is not int or not lowest <= value <= INT64_MAX:
+                    rest[name] = value
+                    continue
+                handed = _store(shard, pending, key, value, attributes)
+                if handed is not None:
+                    direct.append((pending, *handed))
+        for pending, first_given, numbers in direct:
+            for number in numbers:
+                pending.record(number, first_given)
+        return rest
 
     def buffered_entries(self) -> list[tuple[PendingInstrument, list[Any]]]:
-        """Every buffered entry with its instrument, cell by cell (for tests)."""
+        """Every buffered entry with its instrument, thread by thread (for tests)."""
         with self._lock:
-            cells = list(self._cells)
+            shards = list(self._shards)
         entries: list[tuple[PendingInstrument, list[Any]]] = []
-        for cell in cells:
-            with cell.lock:
-                entries.extend((cell.pending, entry) for entry in cell.series.values())
+        for shard in shards:
+            with shard.lock:
+                for pending, series in shard.series.items():
+                    entries.extend((pending, entry) for entry in series.values())
         return entries
 
     def flush(self) -> None:
@@ -138,14 +201,14 @@ class CoalescingBuffer:
         failures: list[Exception] = []
         with self._flush_lock:
             with self._lock:
-                cells = list(self._cells)
-            # A thread that had ended before its cell is taken records no more: once
-            # taken, that cell goes (one found ended only later waits for the next flush).
-            ended = {id(cell) for cell in cells if not cell.owner_alive()}
-            taken = [(cell.pending, series) for cell in cells if (series := cell.take())]
+                shards = list(self._shards)
+            # A thread that had ended before its shard is taken records no more: once
+            # taken, that shard goes (one found ended only later waits for the next flush).
+            ended = {id(shard) for shard in shards if not shard.owner_alive()}
+            taken = [series for series in map(_Shard.take, shards) if series]
             if ended:
                 with self._lock:
-                    self._cells = [cell for cell in self._cells if id(cell) not in ended]
+                    self._shards = [shard for shard in self._shards if id(shard) not in ended]
             if taken:
                 self._hand_over(taken, failures)
         # Logged once the flush lock is released: a logging handler may call back into
@@ -168,53 +231,56 @@ class CoalescingBuffer:
                 exc,
             )
 
-    def _hand_over(self, taken: list[_Taken], failures: list[Exception]) -> None:
-        _keep_latest_gauge_values(taken)
+    def _hand_over(self, taken: list[_ShardSeries], failures: list[Exception]) -> None:
+        if len(taken) > 1:
+            _keep_latest_gauge_values(taken)
         # An empty context: a collection started inside a span must not lend that span's
         # trace to exemplars of values recorded elsewhere.
         token = otel_context.attach(otel_context.Context())
         try:
             # A sum several threads added to reaches the SDK as one value per thread,
             # which it adds up.
-            for pending, series in taken:
-                record = pending.record
-                for entry in series.values():
-                    value = entry[0]
-                    if value is _HANDED_OVER:
-                        continue
-                    try:
-                        record(value, entry[1])
-                    except Exception as exc:
-                        failures.append(exc)
+            for series_by_instrument in taken:
+                for pending, series in series_by_instrument.items():
+                    record = pending.record
+                    for entry in series.values():
+                        value = entry[0]
+                        if value is _HANDED_OVER:
+                            continue
+                        try:
+                            record(value, entry[1])
+                        except Exception as exc:
+                            failures.append(exc)
         finally:
             otel_context.detach(token)
 
 
-#: One cell's values at a flush: its instrument, and series key -> entry. An entry is
-#: [value, attributes as first given], and a gauge's also holds the `_order` number of
-#: its last value (0 until a second thread set values on the instrument).
-_Taken = tuple["PendingInstrument", dict[frozenset[Any], list[Any]]]
+#: One thread's buffered values: instrument -> series key -> entry. An entry is
+#: [value, attributes as first given], and a gauge's also holds the `_order` number of its
+#: last value (0 while one thread kept values in the buffer).
+_ShardSeries = dict["PendingInstrument", dict[frozenset[Any], list[Any]]]
 
 #: Orders gauge values across threads: the last one set wins, whichever thread set it.
 _order = itertools.count(1)
 
+_INFINITY: Final = float("inf")
 
-class _Cell:
-    """One thread's buffered values of one instrument; its lock is taken by that thread
-    and by a flush."""
 
-    __slots__ = ("int64_budget", "lock", "owner", "pending", "series")
+class _Shard:
+    """One thread's buffered values; its lock is taken by that thread and by a flush."""
 
-    def __init__(self, pending: PendingInstrument, owner: threading.Thread) -> None:
-        self.pending = pending
+    __slots__ = ("int64_budgets", "lock", "owner", "series")
+
+    def __init__(self, owner: threading.Thread) -> None:
         self.lock = threading.Lock()
-        self.series: dict[frozenset[Any], list[Any]] = {}
+        self.series: _ShardSeries = {}
         self.owner = weakref.ref(owner)
-        #: How much magnitude of ints this cell may still add before it takes more room
-        #: from its instrument's int64 guard (see `PendingInstrument`).
-        self.int64_budget = 0
+        #: Per sum instrument, how much magnitude of ints this thread may still add
+        #: before it takes more room from the instrument's int64 guard (see
+        #: `PendingInstrument`).
+        self.int64_budgets: dict[PendingInstrument, int] = {}
 
-    def take(self) -> dict[frozenset[Any], list[Any]]:
+    def take(self) -> _ShardSeries:
         """Return the buffered values and start afresh."""
         with self.lock:
             series, self.series = self.series, {}
@@ -225,20 +291,75 @@ class _Cell:
         return owner is not None and owner.is_alive()
 
 
-def _keep_latest_gauge_values(taken: list[_Taken]) -> None:
+def _store(
+    shard: _Shard,
+    pending: PendingInstrument,
+    key: frozenset[Any],
+    value: float,
+    attributes: Mapping[str, object] | None,
+) -> tuple[Mapping[str, object] | None, tuple[Any, ...]] | None:
+    """Keep `value` of series `key` of `pending` in `shard` (its lock is held); return the
+    values the SDK must get at once, after the lock is released (see below), with the
+    series' attributes as first given, or None."""
+    series = shard.series.get(pending)
+    if series is None:
+        series = shard.series[pending] = {}
+    if pending.last_wins:
+        entry = series.get(key)
+        order = next(_order) if pending.buffer.threaded else 0
+        if entry is None:
+            series[key] = [value, attributes, order]
+        else:
+            entry[0] = value
+            entry[2] = order
+        return None
+    if type(value) is int:
+        if pending.passed_int64:
+            value = float(value)
+        else:
+            magnitude = value if value >= 0 else -value
+            budget = shard.int64_budgets.get(pending, 0)
+            if magnitude > budget:
+                with pending.int64_lock:
+                    budget = pending.take_int64_room(magnitude, budget)
+                if magnitude > budget:
+                    value = float(value)
+                    magnitude = 0
+            shard.int64_budgets[pending] = budget - magnitude
+    entry = series.get(key)
+    if entry is None:
+        series[key] = [value, attributes]
+        return None
+    total = entry[0]
+    if total is _HANDED_OVER:
+        return entry[1], (value,)
+    summed = total + value
+    if summed - summed == 0:
+        entry[0] = summed
+        return None
+    # Finite values whose sum overflows: the SDK would sum them to an infinity itself but
+    # refuses an infinite value, so it gets them one by one, for the rest of the interval.
+    entry[0] = _HANDED_OVER
+    return entry[1], (total, value)
+
+
+def _keep_latest_gauge_values(taken: list[_ShardSeries]) -> None:
     """Of a gauge series several threads set, keep only the value set last."""
     latest: dict[tuple[PendingInstrument, frozenset[Any]], list[Any]] = {}
-    shared = []
-    for pending, series in taken:
-        if pending.threaded and pending.last_wins:
-            shared.append((pending, series))
-            for key, entry in series.items():
-                seen = latest.setdefault((pending, key), entry)
-                if entry[2] > seen[2]:
-                    latest[pending, key] = entry
-    for pending, series in shared:
-        for key in [key for key, entry in series.items() if latest[pending, key] is not entry]:
-            del series[key]
+    for series_by_instrument in taken:
+        for pending, series in series_by_instrument.items():
+            if pending.last_wins:
+                for key, entry in series.items():
+                    seen = latest.setdefault((pending, key), entry)
+                    if entry[2] > seen[2]:
+                        latest[pending, key] = entry
+    for series_by_instrument in taken:
+        for pending, series in series_by_instrument.items():
+            if pending.last_wins:
+                for key in [
+                    key for key, entry in series.items() if latest[pending, key] is not entry
+                ]:
+                    del series[key]
 
 
 class PendingInstrument:
@@ -248,23 +369,20 @@ class PendingInstrument:
     direct recording (the SDK sums the ints it is given, and a sum past int64 makes every
     export fail to encode): the bound is the total of the magnitudes of the ints
     recorded, and once the next one would pass INT64_MAX, it and every later value are
-    kept as floats, which makes the SDK's sum a double. Each cell spends a budget taken
-    from the instrument's remaining room in chunks, so a thread checks the bound under
-    the cell's lock alone; with one thread that is the exact bound, with several it may
+    kept as floats, which makes the SDK's sum a double. Each thread spends a budget taken
+    from the instrument's remaining room in chunks, so it checks the bound under its
+    shard's lock alone; with one thread that is the exact bound, with several it may
     switch a little early (never late).
     """
 
     __slots__ = (
-        "_buffer",
         "_int64_left",
-        "_int64_lock",
-        "_local",
-        "cells",
+        "buffer",
+        "int64_lock",
         "last_wins",
         "name",
         "passed_int64",
         "record",
-        "threaded",
     )
 
     def __init__(
@@ -275,20 +393,14 @@ class PendingInstrument:
         last_wins: bool,
         name: str,
     ) -> None:
-        self._buffer = buffer
+        self.buffer = buffer
         self.name = name
         #: A gauge's (its interval's last value wins); else a sum's (its values add up).
         self.last_wins = last_wins
         self.record = record
-        #: The calling thread's cell, once it kept a value here.
-        self._local = threading.local()
-        #: How many threads have kept values here (under the buffer's lock); from the
-        #: second on (`threaded`), gauge values carry the order they were set in.
-        self.cells = 0
-        self.threaded = False
-        # The int64 guard: the room no cell has taken yet (under `_int64_lock`), and 0,
+        # The int64 guard: the room no thread has taken yet (under `int64_lock`), and 0,
         # 1 (passed, not yet warned) or 2 (warned).
-        self._int64_lock = threading.Lock()
+        self.int64_lock = threading.Lock()
         self._int64_left = INT64_MAX
         self.passed_int64 = 0
 
@@ -303,76 +415,40 @@ class PendingInstrument:
                 attributes = keyed(attributes)
             key = attributes.series_key
             if key is None:  # a set no series key can hold: the SDK decides, at once
-                if type(value) is int and not self.last_wins:
-                    with self._int64_lock:
-                        value = self._within_int64(value, 0)[0]
+                if type(value) is int and not self.last_wins and not self.passed_int64:
+                    magnitude = value if value >= 0 else -value
+                    with self.int64_lock:
+                        if magnitude > self.take_int64_room(magnitude, 0, chunk=0):
+                            value = float(value)
+                elif type(value) is int and self.passed_int64:
+                    value = float(value)
                 self.record(value, attributes)
                 return
         else:
             key, attributes = _NO_ATTRIBUTES, None
         try:
-            cell = self._local.cell
+            shard = self.buffer._local.shard
         except AttributeError:
-            cell = self._local.cell = self._buffer.add_cell(self)
-        with cell.lock:
-            series = cell.series
-            if self.last_wins:
-                entry = series.get(key)
-                if entry is None:
-                    series[key] = [value, attributes, next(_order) if self.threaded else 0]
-                elif self.threaded:
-                    entry[0] = value
-                    entry[2] = next(_order)
-                else:
-                    entry[0] = value
-                return
-            if type(value) is int:
-                if self.passed_int64:
-                    value = float(value)
-                else:
-                    magnitude = value if value >= 0 else -value
-                    if magnitude <= cell.int64_budget:
-                        cell.int64_budget -= magnitude
-                    else:
-                        with self._int64_lock:
-                            value, cell.int64_budget = self._within_int64(value, cell.int64_budget)
-            entry = series.get(key)
-            if entry is None:
-                series[key] = [value, attributes]
-                return
-            total = entry[0]
-            if total is _HANDED_OVER:
-                direct: tuple[Any, ...] = (value,)
-            else:
-                summed = total + value
-                if summed - summed == 0:
-                    entry[0] = summed
-                    return
-                # Finite values whose sum overflows: the SDK would sum them to an infinity
-                # itself but refuses an infinite value, so it gets them one by one (after
-                # the lock is released), for the rest of the interval.
-                entry[0] = _HANDED_OVER
-                direct = (total, value)
-            first_given = entry[1]
-        for number in direct:
-            self.record(number, first_given)
+            shard = self.buffer.shard()
+        with shard.lock:
+            direct = _store(shard, self, key, value, attributes)
+        if direct is not None:
+            first_given, numbers = direct
+            for number in numbers:
+                self.record(number, first_given)
 
-    def _within_int64(self, value: int, budget: int) -> tuple[int | float, int]:
-        """`value` as it may be summed (as a float once ints could pass int64), and the
-        budget left to the cell that had `budget`; the int64 lock is held."""
-        magnitude = value if value >= 0 else -value
-        taken = min(max(magnitude, _INT64_CHUNK), self._int64_left)
+    def take_int64_room(self, magnitude: int, budget: int, *, chunk: int = 2**48) -> int:
+        """A thread's budget of `budget` topped up for an int of `magnitude` (by at least
+        `chunk`, if the room left allows); a budget still below `magnitude` means the int
+        would pass int64 (and every later value is summed as a float). `int64_lock` is
+        held. The chunk lets a thread check the bound without this lock for 2**48 of
+        magnitude; 32,768 threads could take all the room."""
+        taken = min(max(magnitude, chunk), self._int64_left)
         self._int64_left -= taken
         budget += taken
-        if magnitude <= budget:
-            return value, budget - magnitude
-        self.passed_int64 = self.passed_int64 or 1
-        return float(value), budget
-
-
-#: How much int64 room a cell takes at a time: its thread checks the bound without the
-#: instrument's lock for 2**48 of magnitude, and 32,768 cells could take it all.
-_INT64_CHUNK: Final = 2**48
+        if magnitude > budget:
+            self.passed_int64 = self.passed_int64 or 1
+        return budget
 
 
 # A sum series recorded directly until the next collection (see `keep`).

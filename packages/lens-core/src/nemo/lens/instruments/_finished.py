@@ -46,6 +46,7 @@ def mark_finished(meter_provider: object) -> None:
                     cache.finished = True
                     cache.emitters = {}
                     cache.bounded = {}
+                    cache.kept = {}
     finally:
         if locked:
             _registry.lock.release()

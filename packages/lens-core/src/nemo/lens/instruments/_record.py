@@ -118,6 +118,11 @@ def record_metrics(
                     attributes = _series.keyed(attributes)
                 elif cache.buffer is not None or cache.child:
                     attributes = _series.keyed(attributes)
+        buffer = cache.buffer
+        if buffer is not None and cache.kept and not bounded:
+            # The values a coalescing buffer keeps as they are, under one lock; the rest
+            # (a first record, a value to check or convert) take the path below.
+            items = buffer.keep_call(cache.kept, items, attributes)
         for key, value in items.items():
             try:
                 emit, emit_int, lowest = emitters[key]
@@ -421,9 +426,11 @@ def _create_and_keep(
                 if direct is not None:
                     entry = cache.emitters[spec.key] = _emitter(state, spec, direct)
                 elif buffer is not None:  # dict work only, no SDK call
-                    # The buffer keeps int sums within int64 itself, at hand-over.
-                    keep = buffer.instrument(instrument, record_name, spec.kind)
-                    entry = cache.emitters[spec.key] = _emitter(state, spec, keep, guard=False)
+                    # The buffer keeps int sums within int64 itself.
+                    pending = buffer.instrument(instrument, record_name, spec.kind)
+                    entry = _emitter(state, spec, pending.keep, guard=False)
+                    cache.emitters[spec.key] = entry
+                    cache.kept[spec.key] = (pending, entry[2])
         if error is not None:
             cache.failed.add(spec.key)
     return entry, error, advisory_error

@@ -19,7 +19,7 @@ from nemo.lens.errors import LensTypeError, LensValueError
 from nemo.lens.instruments._spec import MetricSpec
 
 if TYPE_CHECKING:
-    from nemo.lens.instruments._coalesce import CoalescingBuffer
+    from nemo.lens.instruments._coalesce import CoalescingBuffer, PendingInstrument
 
 _logger = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ class MeterCache:
         "failed",
         "finished",
         "inherited",
+        "kept",
         "ref",
         "silent",
     )
@@ -52,6 +53,9 @@ class MeterCache:
         #: The same, each wrapped to apply the cardinality limit (with the attribute sets
         #: its instrument has seen): used for calls with attributes while a limit is set.
         self.bounded: dict[str, Emitter] = {}
+        #: key -> its coalescing buffer's instrument and the lowest value of its kind, for
+        #: keys whose values `record_metrics` keeps in that buffer (see `buffer`).
+        self.kept: dict[str, tuple[PendingInstrument, int]] = {}
         #: keys whose instrument could not be created on this meter.
         self.failed: set[str] = set()
         #: True in a forked child for a meter the parent recorded on: never recorded
@@ -107,6 +111,7 @@ def _drop_inherited_instruments() -> None:
         for cache in group.meters.values():
             cache.emitters = {}
             cache.bounded = {}
+            cache.kept = {}
             cache.inherited = True
             cache.buffer = None
             cache.child = False

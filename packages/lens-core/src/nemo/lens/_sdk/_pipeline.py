@@ -47,7 +47,6 @@ from nemo.lens._sdk import (
     _exporters,
     _fork,
     _logging,
-    _prometheus,
     _redacting,
 )
 from nemo.lens._sdk._ids import build_id_generator
@@ -234,13 +233,17 @@ def _build_metrics(
     """Build `pipeline`'s meter provider and its one reader (`metric_reader`, or the
     plan's) for `metrics_plan`; return the reader, or None where metrics are not exported
     from here."""
-    if metrics_plan is not None and _prometheus.parent_serves(metrics_plan.prometheus_address):
-        # Binding it again would fail here (and a pool would respawn the worker).
-        pipeline.joined_parent = _forked_children.parents_consumer()
-        _log_parents_endpoint(metrics_plan, pipeline.joined_parent is not None)
-        return None
     if metrics_plan is None:
         return None
+    if metrics_plan.prometheus_address is not None:
+        # Imported here: its HTTP server modules cost a setup without Prometheus ~10 ms.
+        from nemo.lens._sdk import _prometheus
+
+        if _prometheus.parent_serves(metrics_plan.prometheus_address):
+            # Binding it again would fail here (and a pool would respawn the worker).
+            pipeline.joined_parent = _forked_children.parents_consumer()
+            _log_parents_endpoint(metrics_plan, pipeline.joined_parent is not None)
+            return None
     reader = metric_reader
     if reader is None:
         reader = _exporters.build_metric_reader(metrics_plan, pipeline.on_shutdown)

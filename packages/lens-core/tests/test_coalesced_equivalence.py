@@ -14,6 +14,8 @@ together or each at its own moments.
 from __future__ import annotations
 
 import struct
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -251,4 +253,113 @@ def test_with_two_readers_only_gauges_are_buffered() -> None:
         assert buffer is not None
         assert len(buffer.buffered_entries()) == 1
     finally:
+        provider.shutdown()
+
+
+@pytest.mark.parametrize("setup", [("cumulative",), ("delta",)], ids=["cumulative", "delta"])
+def test_series_recorded_once_an_interval_go_direct_and_export_the_same(
+    setup: tuple[str, ...],
+) -> None:
+    """Where most of an interval's many series got one value, new series go to the SDK at
+    once (the hand-over would only add to that cost); the points stay those of direct
+    recording through the switch, the direct intervals, each re-measuring interval, and
+    back when the series get many values again."""
+    register_metric_group(GROUP, SPECS)
+    direct_provider, direct_meter, direct_readers = build(setup, coalesced=False)
+    lens_provider, lens_meter, lens_readers = build(setup, coalesced=True)
+    buffer = _coalesce.buffer_for(lens_meter)
+    assert buffer is not None
+    modes: list[bool] = []
+    try:
+        for interval in range(20):
+            many_values = interval >= 11  # from here on each series gets 3 values
+            for shard in range(150):
+                # Old and new series alike; a float and an int per series and interval.
+                attributes = {"shard": (shard + 40 * interval) % 400}
+                for repeat in range(3 if many_values else 1):
+                    recorded = {"g": shard * 0.1 + repeat, "c": interval + repeat, "h": 1.0}
+                    record_metrics(direct_meter, GROUP, recorded, attributes=attributes)
+                    record_metrics(lens_meter, GROUP, recorded, attributes=attributes)
+            for direct_reader, lens_reader in zip(direct_readers, lens_readers, strict=True):
+                assert exported(lens_reader) == exported(direct_reader)
+            modes.append(all(pending.direct for pending in buffer._pending.values()))
+    finally:
+        direct_provider.shutdown()
+        lens_provider.shutdown()
+    # Direct after the first interval; buffering for each re-measuring interval (every
+    # 8th flush), and for good once a re-measure finds the series getting many values.
+    assert modes == [True] * 8 + [False] + [True] * 8 + [False] * 3
+
+
+def test_a_direct_gauge_never_reports_a_value_older_than_the_last_recorded() -> None:
+    """A thread records many gauge series while another collects all along: a value sent
+    at once never lands before an older one of its series still being handed over."""
+    register_metric_group(GROUP, SPECS)
+    provider, meter, readers = build(("cumulative",), coalesced=True)
+    last: dict[int, float] = {}
+    done = threading.Event()
+
+    def record() -> None:
+        for step in range(60):
+            for shard in range(200):
+                if (shard + step) % 3:  # most series once, some skipped, each step
+                    value = float(step * 1000 + shard)
+                    record_metrics(meter, GROUP, {"g": value}, attributes={"shard": shard})
+                    last[shard] = value
+            time.sleep(0)
+
+    def collect() -> None:
+        while not done.is_set():
+            readers[0].get_metrics_data()
+
+    recorder = threading.Thread(target=record)
+    collector = threading.Thread(target=collect)
+    try:
+        collector.start()
+        recorder.start()
+        recorder.join(60)
+        done.set()
+        collector.join(60)
+        points = exported(readers[0])["eq.gauge"][-1]
+        # Each point: ((("shard", "int", "5"),), ("number", ("float", its bits))).
+        reported = {int(attrs[0][2]): fields[1] for attrs, fields in points}
+        assert reported == {shard: exact(value) for shard, value in last.items()}
+    finally:
+        provider.shutdown()
+
+
+def test_a_series_being_handed_over_is_buffered_even_while_direct() -> None:
+    """A new value of a series whose older value a flush is still handing over waits in
+    the buffer, though its instrument records new series directly: sent at once, it
+    would reach the SDK first, and the older value would overwrite it."""
+    register_metric_group(GROUP, SPECS)
+    provider, meter, readers = build(("cumulative",), coalesced=True)
+    buffer = _coalesce.buffer_for(meter)
+    assert buffer is not None
+    handing_over, release = threading.Event(), threading.Event()
+    try:
+        record_metrics(meter, GROUP, g=5.0, attributes={"shard": 0})  # buffered
+        [pending] = buffer._pending.values()
+        sdk_set = pending.record
+
+        def slow_set(value: float, attributes: Any = None) -> None:
+            handing_over.set()
+            release.wait(10)
+            sdk_set(value, attributes)
+
+        pending.record = slow_set
+        collector = threading.Thread(target=readers[0].get_metrics_data)
+        collector.start()
+        assert handing_over.wait(10)
+        pending.record = sdk_set  # the hand-over under way keeps the slow one
+        pending.direct = True  # as if the series of its earlier intervals went direct
+        record_metrics(meter, GROUP, g=7.0, attributes={"shard": 0})
+        record_metrics(meter, GROUP, g=1.0, attributes={"shard": 1})  # not in flight
+        release.set()
+        collector.join(10)
+        assert [entry[0] for _, entry in buffer.buffered_entries()] == [7.0]
+        points = exported(readers[0])["eq.gauge"][-1]
+        assert [fields for _, fields in points] == [("number", exact(7.0)), ("number", exact(1.0))]
+    finally:
+        release.set()
         provider.shutdown()

@@ -209,8 +209,7 @@ class CoalescingBuffer:
             if ended:
                 with self._lock:
                     self._shards = [shard for shard in self._shards if id(shard) not in ended]
-            if taken:
-                self._hand_over(taken, failures)
+            self._hand_over(taken, failures)
         # Logged once the flush lock is released: a logging handler may call back into
         # lens, and a flush of its own there must not wait for this one.
         for pending in list(self._pending.values()):
@@ -232,6 +231,8 @@ class CoalescingBuffer:
             )
 
     def _hand_over(self, taken: list[_ShardSeries], failures: list[Exception]) -> None:
+        """Hand `taken` to the SDK, then let each instrument choose how its next interval's
+        new series are recorded (`PendingInstrument.choose_mode`)."""
         if len(taken) > 1:
             _keep_latest_gauge_values(taken)
         # An empty context: a collection started inside a span must not lend that span's
@@ -243,21 +244,27 @@ class CoalescingBuffer:
             for series_by_instrument in taken:
                 for pending, series in series_by_instrument.items():
                     record = pending.record
+                    recorded_again = 0
                     for entry in series.values():
                         value = entry[0]
+                        recorded_again += entry[2] != 0
                         if value is _HANDED_OVER:
                             continue
                         try:
                             record(value, entry[1])
                         except Exception as exc:
                             failures.append(exc)
+                    pending.note_interval(len(series), recorded_again)
         finally:
             otel_context.detach(token)
+            for pending in list(self._pending.values()):
+                pending.choose_mode(threaded=self.threaded)
 
 
 #: One thread's buffered values: instrument -> series key -> entry. An entry is
-#: [value, attributes as first given], and a gauge's also holds the `_order` number of its
-#: last value (0 while one thread kept values in the buffer).
+#: [value, attributes as first given, mark]: a gauge's mark is the `_order` number of its
+#: last value once several threads keep values in the buffer; otherwise the mark is 1 once
+#: the series got a second value in the interval (0 before).
 _ShardSeries = dict["PendingInstrument", dict[frozenset[Any], list[Any]]]
 
 #: Orders gauge values across threads: the last one set wins, whichever thread set it.
@@ -281,9 +288,12 @@ class _Shard:
         self.int64_budgets: dict[PendingInstrument, int] = {}
 
     def take(self) -> _ShardSeries:
-        """Return the buffered values and start afresh."""
+        """Return the buffered values and start afresh; until the flush ends, each
+        instrument's taken series are in flight (see `PendingInstrument.may_record_now`)."""
         with self.lock:
             series, self.series = self.series, {}
+            for pending, kept in series.items():
+                pending.in_flight = kept
         return series
 
     def owner_alive(self) -> bool:
@@ -299,19 +309,21 @@ def _store(
     attributes: Mapping[str, object] | None,
 ) -> tuple[Mapping[str, object] | None, tuple[Any, ...]] | None:
     """Keep `value` of series `key` of `pending` in `shard` (its lock is held); return the
-    values the SDK must get at once, after the lock is released (see below), with the
-    series' attributes as first given, or None."""
+    values the SDK must get at once, after the lock is released (a new series of an
+    instrument that records directly, or see below), with the series' attributes as
+    first given, or None."""
     series = shard.series.get(pending)
     if series is None:
         series = shard.series[pending] = {}
     if pending.last_wins:
         entry = series.get(key)
-        order = next(_order) if pending.buffer.threaded else 0
         if entry is None:
-            series[key] = [value, attributes, order]
+            if pending.direct and pending.may_record_now(key):
+                return attributes, (value,)
+            series[key] = [value, attributes, next(_order) if pending.buffer.threaded else 0]
         else:
             entry[0] = value
-            entry[2] = order
+            entry[2] = next(_order) if pending.buffer.threaded else 1
         return None
     if type(value) is int:
         if pending.passed_int64:
@@ -328,7 +340,9 @@ def _store(
             shard.int64_budgets[pending] = budget - magnitude
     entry = series.get(key)
     if entry is None:
-        series[key] = [value, attributes]
+        if pending.direct and pending.may_record_now(key):
+            return attributes, (value,)
+        series[key] = [value, attributes, 0]
         return None
     total = entry[0]
     if total is _HANDED_OVER:
@@ -336,6 +350,7 @@ def _store(
     summed = total + value
     if summed - summed == 0:
         entry[0] = summed
+        entry[2] = 1
         return None
     # Finite values whose sum overflows: the SDK would sum them to an infinity itself but
     # refuses an infinite value, so it gets them one by one, for the rest of the interval.
@@ -377,7 +392,11 @@ class PendingInstrument:
 
     __slots__ = (
         "_int64_left",
+        "_last_interval",
         "buffer",
+        "direct",
+        "direct_flushes",
+        "in_flight",
         "int64_lock",
         "last_wins",
         "name",
@@ -403,6 +422,14 @@ class PendingInstrument:
         self.int64_lock = threading.Lock()
         self._int64_left = INT64_MAX
         self.passed_int64 = 0
+        #: True while a new series goes to the SDK at once instead of into the buffer
+        #: (see `choose_mode`), and the flushes since that began.
+        self.direct = False
+        self.direct_flushes = 0
+        #: (series, series recorded more than once) of the last interval it buffered.
+        self._last_interval = (0, 0)
+        #: The series a flush has taken and not yet handed over (under a shard's lock).
+        self.in_flight: dict[frozenset[Any], list[Any]] | None = None
 
     def keep(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         """The instrument's `set` or `add`: keep `value` for the next collection.
@@ -437,6 +464,37 @@ class PendingInstrument:
             for number in numbers:
                 self.record(number, first_given)
 
+    def may_record_now(self, key: frozenset[Any]) -> bool:
+        """True when series `key` (buffered nowhere in the caller's shard) may go to the
+        SDK at once: one thread keeps values here, and no value of it is being handed
+        over, which the SDK would otherwise get after this newer one."""
+        in_flight = self.in_flight
+        return not self.buffer.threaded and (in_flight is None or key not in in_flight)
+
+    def note_interval(self, series: int, recorded_again: int) -> None:
+        """What the interval just handed over held (the flush lock is held)."""
+        self._last_interval = (series, recorded_again)
+
+    def choose_mode(self, *, threaded: bool) -> None:
+        """At the end of a flush: buffer the next interval's values, or send new series
+        to the SDK at once. Buffering pays when a series gets many values an interval;
+        when most of at least `_DIRECT_MIN_SERIES` series got one, the hand-over only
+        adds to what recording them directly costs. A direct instrument buffers again
+        every `_PROBE_EVERY` flushes, to see whether that still holds; with several
+        threads it always buffers (a gauge's last value is ordered in the buffer)."""
+        self.in_flight = None
+        if self.direct:
+            self.direct_flushes += 1
+            if threaded or self.direct_flushes >= _PROBE_EVERY:
+                self.direct = False
+        else:
+            series, recorded_again = self._last_interval
+            self.direct = (
+                not threaded and series >= _DIRECT_MIN_SERIES and recorded_again * 4 <= series
+            )
+            self.direct_flushes = 0
+        self._last_interval = (0, 0)
+
     def take_int64_room(self, magnitude: int, budget: int, *, chunk: int = 2**48) -> int:
         """A thread's budget of `budget` topped up for an int of `magnitude` (by at least
         `chunk`, if the room left allows); a budget still below `magnitude` means the int
@@ -450,6 +508,12 @@ class PendingInstrument:
             self.passed_int64 = self.passed_int64 or 1
         return budget
 
+
+#: An instrument whose interval held at least this many series, most of them recorded
+#: once, records new series directly (`PendingInstrument.choose_mode`).
+_DIRECT_MIN_SERIES: Final = 100
+#: A direct instrument buffers one interval every this many flushes, to measure again.
+_PROBE_EVERY: Final = 8
 
 # A sum series recorded directly until the next collection (see `keep`).
 _HANDED_OVER: Final = object()

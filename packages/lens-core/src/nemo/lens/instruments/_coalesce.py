@@ -133,7 +133,7 @@ class CoalescingBuffer:
 
     def keep_call(
         self,
-        kept: Mapping[str, tuple[PendingInstrument, int]],
+        kept: Mapping[str, tuple[PendingInstrument, float]],
         items: Mapping[Any, Any],
         attributes: Mapping[str, object] | None,
     ) -> dict[Any, Any]:
@@ -156,8 +156,13 @@ class CoalescingBuffer:
             shard = self._local.shard
         except AttributeError:
             shard = self.shard()
-        direct: list[tuple[PendingInstrument, Mapping[str, object] | None, tuple[Any, ...]]] = []
+        # What the SDK must get at once, after the lock is released: a new series of an
+        # instrument that records directly, or a sum past a float (see below).
+        direct: list[tuple[PendingInstrument, Any, Mapping[str, object] | None]] = []
+        threaded = self.threaded
         with shard.lock:
+            shard_series = shard.series
+            budgets = shard.int64_budgets
             for name, value in items.items():
                 entry = kept.get(name)
                 if entry is None:
@@ -172,12 +177,53 @@ class CoalescingBuffer:
                 elif value_type is not int or not lowest <= value <= INT64_MAX:
                     rest[name] = value
                     continue
-                handed = _store(shard, pending, key, value, attributes)
-                if handed is not None:
-                    direct.append((pending, *handed))
-        for pending, first_given, numbers in direct:
-            for number in numbers:
-                pending.record(number, first_given)
+                series = shard_series.get(pending)
+                if series is None:
+                    series = shard_series[pending] = {}
+                kept_entry = series.get(key)
+                if pending.last_wins:
+                    if kept_entry is not None:
+                        kept_entry[0] = value
+                        kept_entry[2] = next(_order) if threaded else 1
+                    elif pending.direct and pending.may_record_now(key):
+                        direct.append((pending, value, attributes))
+                    else:
+                        series[key] = [value, attributes, next(_order) if threaded else 0]
+                    continue
+                if value_type is int:
+                    # The int64 guard (see `PendingInstrument`): spend this thread's budget.
+                    if pending.passed_int64:
+                        value = float(value)
+                    else:
+                        magnitude = value if value >= 0 else -value
+                        budget = budgets.get(pending, 0)
+                        if magnitude <= budget:
+                            budgets[pending] = budget - magnitude
+                        else:
+                            value = _within_int64(budgets, pending, value, magnitude, budget)
+                if kept_entry is None:
+                    if pending.direct and pending.may_record_now(key):
+                        direct.append((pending, value, attributes))
+                    else:
+                        series[key] = [value, attributes, 0]
+                    continue
+                total = kept_entry[0]
+                if total is _HANDED_OVER:
+                    direct.append((pending, value, kept_entry[1]))
+                    continue
+                summed = total + value
+                if summed - summed == 0:
+                    kept_entry[0] = summed
+                    kept_entry[2] = 1
+                    continue
+                # Finite values whose sum overflows: the SDK would sum them to an infinity
+                # itself but refuses an infinite value, so it gets them one by one, for the
+                # rest of the interval.
+                kept_entry[0] = _HANDED_OVER
+                direct.append((pending, total, kept_entry[1]))
+                direct.append((pending, value, kept_entry[1]))
+        for pending, number, first_given in direct:
+            pending.record(number, first_given)
         return rest
 
     def buffered_entries(self) -> list[tuple[PendingInstrument, list[Any]]]:
@@ -301,61 +347,23 @@ class _Shard:
         return owner is not None and owner.is_alive()
 
 
-def _store(
-    shard: _Shard,
+def _within_int64(
+    budgets: dict[PendingInstrument, int],
     pending: PendingInstrument,
-    key: frozenset[Any],
-    value: float,
-    attributes: Mapping[str, object] | None,
-) -> tuple[Mapping[str, object] | None, tuple[Any, ...]] | None:
-    """Keep `value` of series `key` of `pending` in `shard` (its lock is held); return the
-    values the SDK must get at once, after the lock is released (a new series of an
-    instrument that records directly, or see below), with the series' attributes as
-    first given, or None."""
-    series = shard.series.get(pending)
-    if series is None:
-        series = shard.series[pending] = {}
-    if pending.last_wins:
-        entry = series.get(key)
-        if entry is None:
-            if pending.direct and pending.may_record_now(key):
-                return attributes, (value,)
-            series[key] = [value, attributes, next(_order) if pending.buffer.threaded else 0]
-        else:
-            entry[0] = value
-            entry[2] = next(_order) if pending.buffer.threaded else 1
-        return None
-    if type(value) is int:
-        if pending.passed_int64:
-            value = float(value)
-        else:
-            magnitude = value if value >= 0 else -value
-            budget = shard.int64_budgets.get(pending, 0)
-            if magnitude > budget:
-                with pending.int64_lock:
-                    budget = pending.take_int64_room(magnitude, budget)
-                if magnitude > budget:
-                    value = float(value)
-                    magnitude = 0
-            shard.int64_budgets[pending] = budget - magnitude
-    entry = series.get(key)
-    if entry is None:
-        if pending.direct and pending.may_record_now(key):
-            return attributes, (value,)
-        series[key] = [value, attributes, 0]
-        return None
-    total = entry[0]
-    if total is _HANDED_OVER:
-        return entry[1], (value,)
-    summed = total + value
-    if summed - summed == 0:
-        entry[0] = summed
-        entry[2] = 1
-        return None
-    # Finite values whose sum overflows: the SDK would sum them to an infinity itself but
-    # refuses an infinite value, so it gets them one by one, for the rest of the interval.
-    entry[0] = _HANDED_OVER
-    return entry[1], (total, value)
+    value: int,
+    magnitude: int,
+    budget: int,
+) -> int | float:
+    """`value`, an int of `magnitude` past its thread's `budget` for sum `pending`, as it
+    may be summed: taking more room from the instrument, or as a float once ints could
+    take the SDK's sum past int64. The shard's lock is held."""
+    with pending.int64_lock:
+        budget = pending.take_int64_room(magnitude, budget)
+    if magnitude > budget:
+        budgets[pending] = budget
+        return float(value)
+    budgets[pending] = budget - magnitude
+    return value
 
 
 def _keep_latest_gauge_values(taken: list[_ShardSeries]) -> None:
@@ -391,6 +399,7 @@ class PendingInstrument:
     """
 
     __slots__ = (
+        "_as_kept",
         "_int64_left",
         "_last_interval",
         "buffer",
@@ -414,6 +423,8 @@ class PendingInstrument:
     ) -> None:
         self.buffer = buffer
         self.name = name
+        #: How `keep` hands its one value to `CoalescingBuffer.keep_call`.
+        self._as_kept = {"": (self, -_INFINITY)}
         #: A gauge's (its interval's last value wins); else a sum's (its values add up).
         self.last_wins = last_wins
         self.record = record
@@ -432,37 +443,24 @@ class PendingInstrument:
         self.in_flight: dict[frozenset[Any], list[Any]] | None = None
 
     def keep(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
-        """The instrument's `set` or `add`: keep `value` for the next collection.
+        """The instrument's `set` or `add`: keep `value` (already checked by the caller) for
+        the next collection.
 
-        `record_metrics` passes each call's attributes keyed once (`SeriesAttributes`);
-        any other mapping is keyed and copied here.
+        Any mapping of attributes works; `record_metrics`'s are keyed once a call
+        (`SeriesAttributes`), others are keyed and copied here.
         """
-        if attributes:
-            if type(attributes) is not SeriesAttributes:
-                attributes = keyed(attributes)
-            key = attributes.series_key
-            if key is None:  # a set no series key can hold: the SDK decides, at once
-                if type(value) is int and not self.last_wins and not self.passed_int64:
-                    magnitude = value if value >= 0 else -value
-                    with self.int64_lock:
-                        if magnitude > self.take_int64_room(magnitude, 0, chunk=0):
-                            value = float(value)
-                elif type(value) is int and self.passed_int64:
-                    value = float(value)
-                self.record(value, attributes)
-                return
-        else:
-            key, attributes = _NO_ATTRIBUTES, None
-        try:
-            shard = self.buffer._local.shard
-        except AttributeError:
-            shard = self.buffer.shard()
-        with shard.lock:
-            direct = _store(shard, self, key, value, attributes)
-        if direct is not None:
-            first_given, numbers = direct
-            for number in numbers:
-                self.record(number, first_given)
+        if not self.buffer.keep_call(self._as_kept, {"": value}, attributes):
+            return
+        # A set no series key can hold: the SDK decides, at once.
+        if type(value) is int and not self.last_wins:
+            if self.passed_int64:
+                value = float(value)
+            else:
+                magnitude = value if value >= 0 else -value
+                with self.int64_lock:
+                    if magnitude > self.take_int64_room(magnitude, 0, chunk=0):
+                        value = float(value)
+        self.record(value, attributes)
 
     def may_record_now(self, key: frozenset[Any]) -> bool:
         """True when series `key` (buffered nowhere in the caller's shard) may go to the

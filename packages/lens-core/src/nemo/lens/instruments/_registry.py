@@ -55,7 +55,7 @@ class MeterCache:
         self.bounded: dict[str, Emitter] = {}
         #: key -> its coalescing buffer's instrument and the lowest value of its kind, for
         #: keys whose values `record_metrics` keeps in that buffer (see `buffer`).
-        self.kept: dict[str, tuple[PendingInstrument, int]] = {}
+        self.kept: dict[str, tuple[PendingInstrument, float]] = {}
         #: keys whose instrument could not be created on this meter.
         self.failed: set[str] = set()
         #: True in a forked child for a meter the parent recorded on: never recorded

@@ -3,8 +3,10 @@ threads, fork, force_flush and shutdown lose nothing (issue 14)."""
 
 from __future__ import annotations
 
+import _thread
 import logging
 import math
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk.metrics")
 
+from lens_children import run_python
 from lens_exporters import RecordingMetricExporter
 from lens_fork import in_child
 from opentelemetry.sdk.metrics import (
@@ -55,18 +58,23 @@ DELTA: dict[type, AggregationTemporality] = {
 }
 
 
-def values_of(data: MetricsData | None, name: str) -> list[Any]:
-    """Every point value of metric `name` in one collection's data."""
+def points_of(data: MetricsData | None, name: str) -> list[Any]:
+    """Every point of metric `name` in one collection's data."""
     if data is None:
         return []
     return [
-        getattr(point, "value", None)
+        point
         for resource_metrics in data.resource_metrics
         for scope in resource_metrics.scope_metrics
         for metric in scope.metrics
         if metric.name == name
         for point in metric.data.data_points
     ]
+
+
+def values_of(data: MetricsData | None, name: str) -> list[Any]:
+    """Every point value of metric `name` in one collection's data."""
+    return [getattr(point, "value", None) for point in points_of(data, name)]
 
 
 def pending_series(handle: TelemetryHandle) -> int:
@@ -281,6 +289,195 @@ def test_an_ended_thread_loses_no_value_and_leaves_no_shard() -> None:
         assert buffer._shards == []
     finally:
         handle.shutdown()
+
+
+def test_the_gauge_value_set_last_wins_over_one_set_before_a_second_thread_came() -> None:
+    """A value set again before any other thread recorded is older than the first one a
+    new thread sets (in a fresh interpreter: the order numbers are the process's)."""
+    script = textwrap.dedent(
+        """
+        import threading
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from nemo.lens import (
+            MetricSpec, NemoLensConfig, record_metrics, register_metric_group, setup_telemetry,
+        )
+        register_metric_group("g", [MetricSpec("loss", "t.loss", "gauge")])
+        reader = InMemoryMetricReader()
+        handle = setup_telemetry(
+            NemoLensConfig(enabled=True, traces_enabled=False), metric_reader=reader
+        )
+        record_metrics(handle.meter, "g", loss=1.0)
+        record_metrics(handle.meter, "g", loss=2.0)
+        thread = threading.Thread(target=record_metrics, args=(handle.meter, "g"),
+                                  kwargs={"loss": 3.0})
+        thread.start()
+        thread.join(30)
+        data = reader.get_metrics_data()
+        print([point.value for rm in data.resource_metrics for sm in rm.scope_metrics
+               for metric in sm.metrics for point in metric.data.data_points])
+        """
+    )
+    result = run_python("-c", script)
+    assert (result.returncode, result.stdout.strip()) == (0, "[3.0]"), result.stderr
+
+
+def test_a_failing_direct_value_is_warned_and_the_call_records_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A value that goes to the SDK at once (here a float sum past a float's range) and
+    fails there is warned once; the call's other values still record."""
+    handle, reader = in_memory_setup()
+    try:
+        record_metrics(handle.meter, GROUP, tokens=1e308, step_ms=1.0)
+        buffer = _coalesce.buffer_for(handle.meter)
+        assert buffer is not None
+        [tokens] = [p for p in buffer._pending.values() if p.name == "co.tokens"]
+
+        def failing_add(value: float, attributes: object = None) -> None:
+            raise RuntimeError("instrument gone")
+
+        tokens.record = failing_add
+        record_metrics(handle.meter, GROUP, tokens=1e308, step_ms=2.0, loss=0.5)
+        data = reader.get_metrics_data()
+        assert values_of(data, "co.loss") == [0.5]
+        assert [p.count for p in points_of(data, "co.step_ms")] == [2]
+        warned = [r.getMessage() for r in caplog.records if "instrument gone" in r.getMessage()]
+        assert len(warned) == 1
+        assert "'co.tokens'" in warned[0]
+    finally:
+        handle.shutdown()
+
+
+def test_ended_threads_give_back_the_int64_room_they_took() -> None:
+    """Each thread checks the int64 bound against room it took from the instrument; a
+    thread that ended gives back what it did not spend, so threads coming and going never
+    turn a small counter into floats."""
+    handle, reader = in_memory_setup()
+    try:
+        for _ in range(40):
+            thread = threading.Thread(
+                target=record_metrics, args=(handle.meter, GROUP), kwargs={"tokens": 1}
+            )
+            thread.start()
+            thread.join(30)
+        reader.get_metrics_data()
+        buffer = _coalesce.buffer_for(handle.meter)
+        assert buffer is not None
+        [tokens] = buffer._pending.values()
+        assert tokens._int64_left == 2**63 - 1 - 40
+        record_metrics(handle.meter, GROUP, tokens=2)
+        [value] = values_of(reader.get_metrics_data(), "co.tokens")
+        assert (type(value), value) == (int, 42)
+    finally:
+        handle.shutdown()
+
+
+def test_a_thread_python_never_started_leaves_no_shard_once_ended() -> None:
+    """A thread started outside `threading` (a C extension's, `_thread`'s) is seen to end
+    too: its values are taken, and its shard goes."""
+    handle, reader = in_memory_setup(preferred_temporality=DELTA)
+    buffer = _coalesce.buffer_for(handle.meter)
+    assert buffer is not None
+    done = threading.Event()
+
+    def foreign() -> None:
+        record_metrics(handle.meter, GROUP, tokens=5)
+        done.set()
+
+    try:
+        _thread.start_new_thread(foreign, ())
+        assert done.wait(30)
+        deadline = time.monotonic() + 30
+        while not buffer._shards[-1].ended and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert values_of(reader.get_metrics_data(), "co.tokens") == [5]
+        assert buffer._shards == []
+    finally:
+        handle.shutdown()
+
+
+def test_values_recorded_at_exit_after_a_collection_are_exported() -> None:
+    """At interpreter exit the main thread counts as stopped for `threading`, yet atexit
+    handlers still record: what they record after a collection reaches the next one."""
+    script = textwrap.dedent(
+        """
+        import atexit
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from nemo.lens import (
+            MetricSpec, NemoLensConfig, record_metrics, register_metric_group, setup_telemetry,
+        )
+        register_metric_group("g", [MetricSpec("tokens", "t.tokens", "counter")])
+        reader = InMemoryMetricReader()
+        handle = setup_telemetry(
+            NemoLensConfig(enabled=True, traces_enabled=False), metric_reader=reader
+        )
+
+        def tokens():
+            data = reader.get_metrics_data()
+            return [point.value for rm in data.resource_metrics for sm in rm.scope_metrics
+                    for metric in sm.metrics for point in metric.data.data_points]
+
+        @atexit.register
+        def at_exit():
+            record_metrics(handle.meter, "g", tokens=10)
+            first = tokens()
+            record_metrics(handle.meter, "g", tokens=100)
+            print(first, tokens())
+
+        record_metrics(handle.meter, "g", tokens=1)
+        tokens()
+        """
+    )
+    result = run_python("-c", script)
+    assert (result.returncode, result.stdout.strip()) == (0, "[11] [111]"), result.stderr
+
+
+def test_a_thread_recording_during_a_hand_over_never_overtakes_an_older_value() -> None:
+    """Direct mode is off while several threads keep values: a new thread that sets a gauge
+    series during the hand-over of an interval two threads filled (both ended since)
+    waits for the next flush instead of overtaking the older value."""
+    sent: list[float] = []
+    during_hand_over: list[Any] = []
+
+    class Gauge:
+        def set(self, value: float, attributes: Any = None) -> None:
+            if attributes and attributes.get("s") == "x":
+                sent.append(value)
+            if during_hand_over and attributes and attributes.get("s") == "first":
+                during_hand_over.pop()()
+
+    buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
+    pending = buffer.instrument(Gauge(), "set", "gauge")
+
+    def in_thread(*values: tuple[float, str]) -> None:
+        thread = threading.Thread(target=keep_each, args=values)
+        thread.start()
+        thread.join(30)
+
+    def keep_each(*values: tuple[float, str]) -> None:
+        for value, series in values:
+            pending.keep(value, {"s": series})
+
+    recorded, go_on = threading.Event(), threading.Event()
+
+    def first_thread() -> None:
+        keep_each(*[(0.0, f"n{number}") for number in range(150)])
+        recorded.set()
+        go_on.wait(30)
+        keep_each((1.0, "first"), (1.0, "x"))
+
+    first = threading.Thread(target=first_thread)
+    first.start()
+    assert recorded.wait(30)
+    buffer.flush()
+    assert pending.direct  # 150 series, each set once, by one thread
+    in_thread((0.5, "x"))  # a second thread: buffered from now on
+    go_on.set()
+    first.join(30)
+    during_hand_over.append(lambda: in_thread((2.0, "x")))
+    buffer.flush()
+    buffer.flush()
+    assert sent == [1.0, 2.0]
 
 
 def test_force_flush_and_shutdown_export_every_buffered_value() -> None:

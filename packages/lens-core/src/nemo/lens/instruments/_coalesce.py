@@ -121,14 +121,23 @@ class CoalescingBuffer:
         return pending
 
     def shard(self) -> _Shard:
-        """The calling thread's shard, made on its first value."""
+        """The calling thread's shard, made on its first value.
+
+        The thread's local storage also holds a token the shard watches: it is freed when
+        the thread's state is (a `threading` thread, or one Python never started, at its
+        end; the main thread only at interpreter exit, so atexit handlers record), and
+        only then is the shard marked ended, to be taken one last time and dropped.
+        """
         try:
             shard: _Shard = self._local.shard
         except AttributeError:
-            shard = self._local.shard = _Shard(threading.current_thread())
+            token = _ThreadToken()
+            shard = _Shard(token)
+            self._local.shard, self._local.token = shard, token
             with self._lock:
                 self._shards.append(shard)
-                self.threaded = len(self._shards) > 1
+                # Back to False only at the end of a flush (see `_hand_over`).
+                self.threaded = self.threaded or len(self._shards) > 1
         return shard
 
     def keep_call(
@@ -222,8 +231,8 @@ class CoalescingBuffer:
                 kept_entry[0] = _HANDED_OVER
                 direct.append((pending, total, kept_entry[1]))
                 direct.append((pending, value, kept_entry[1]))
-        for pending, number, first_given in direct:
-            pending.record(number, first_given)
+        if direct:
+            _record_now(direct)
         return rest
 
     def buffered_entries(self) -> list[tuple[PendingInstrument, list[Any]]]:
@@ -249,12 +258,17 @@ class CoalescingBuffer:
             with self._lock:
                 shards = list(self._shards)
             # A thread that had ended before its shard is taken records no more: once
-            # taken, that shard goes (one found ended only later waits for the next flush).
-            ended = {id(shard) for shard in shards if not shard.owner_alive()}
+            # taken, that shard goes, and the int64 room it had not spent goes back (one
+            # found ended only later waits for the next flush).
+            ended = [shard for shard in shards if shard.ended]
             taken = [series for series in map(_Shard.take, shards) if series]
             if ended:
                 with self._lock:
-                    self._shards = [shard for shard in self._shards if id(shard) not in ended]
+                    self._shards = [shard for shard in self._shards if shard not in ended]
+                for shard in ended:
+                    for pending, budget in shard.int64_budgets.items():
+                        with pending.int64_lock:
+                            pending.give_back_int64_room(budget)
             self._hand_over(taken, failures)
         # Logged once the flush lock is released: a logging handler may call back into
         # lens, and a flush of its own there must not wait for this one.
@@ -303,8 +317,12 @@ class CoalescingBuffer:
                     pending.note_interval(len(series), recorded_again)
         finally:
             otel_context.detach(token)
+            # Several threads kept values this interval, or keep them now: buffer all.
+            threaded = self.threaded
+            with self._lock:
+                self.threaded = len(self._shards) > 1
             for pending in list(self._pending.values()):
-                pending.choose_mode(threaded=self.threaded)
+                pending.choose_mode(threaded=threaded or self.threaded)
 
 
 #: One thread's buffered values: instrument -> series key -> entry. An entry is
@@ -314,20 +332,46 @@ class CoalescingBuffer:
 _ShardSeries = dict["PendingInstrument", dict[frozenset[Any], list[Any]]]
 
 #: Orders gauge values across threads: the last one set wins, whichever thread set it.
-_order = itertools.count(1)
+#: From 2: a mark of 1 says only "set again" (before a second thread came), which any
+#: order number set later beats.
+_order = itertools.count(2)
 
 _INFINITY: Final = float("inf")
+
+
+def _record_now(direct: list[tuple[PendingInstrument, Any, Mapping[str, object] | None]]) -> None:
+    """Hand the SDK what `keep_call` could not keep; a failure is warned and the other
+    values still record."""
+    for pending, number, given in direct:
+        try:
+            pending.record(number, given)
+        except Exception as exc:
+            _warnings.warn(
+                ("direct", pending.name, type(exc).__name__),
+                "record_metrics: recording %r failed (%s: %s); the value was dropped",
+                pending.name,
+                type(exc).__name__,
+                exc,
+            )
+
+
+class _ThreadToken:
+    """Lives in one thread's local storage for as long as that thread's state does."""
+
+    __slots__ = ("__weakref__",)
 
 
 class _Shard:
     """One thread's buffered values; its lock is taken by that thread and by a flush."""
 
-    __slots__ = ("int64_budgets", "lock", "owner", "series")
+    __slots__ = ("__weakref__", "_token", "ended", "int64_budgets", "lock", "series")
 
-    def __init__(self, owner: threading.Thread) -> None:
+    def __init__(self, token: _ThreadToken) -> None:
         self.lock = threading.Lock()
         self.series: _ShardSeries = {}
-        self.owner = weakref.ref(owner)
+        #: True once the thread's local storage was freed: it records here no more.
+        self.ended = False
+        self._token = weakref.ref(token, _ShardEnder(self))
         #: Per sum instrument, how much magnitude of ints this thread may still add
         #: before it takes more room from the instrument's int64 guard (see
         #: `PendingInstrument`).
@@ -342,9 +386,19 @@ class _Shard:
                 pending.in_flight = kept
         return series
 
-    def owner_alive(self) -> bool:
-        owner = self.owner()
-        return owner is not None and owner.is_alive()
+
+class _ShardEnder:
+    """Marks a shard ended when its thread's token is freed (holds the shard weakly)."""
+
+    __slots__ = ("_shard",)
+
+    def __init__(self, shard: _Shard) -> None:
+        self._shard = weakref.ref(shard)
+
+    def __call__(self, _token: object) -> None:
+        shard = self._shard()
+        if shard is not None:
+            shard.ended = True
 
 
 def _within_int64(
@@ -470,8 +524,10 @@ class PendingInstrument:
         return not self.buffer.threaded and (in_flight is None or key not in in_flight)
 
     def note_interval(self, series: int, recorded_again: int) -> None:
-        """What the interval just handed over held (the flush lock is held)."""
-        self._last_interval = (series, recorded_again)
+        """What one thread's values of the interval just handed over held (the flush lock
+        is held)."""
+        before = self._last_interval
+        self._last_interval = (before[0] + series, before[1] + recorded_again)
 
     def choose_mode(self, *, threaded: bool) -> None:
         """At the end of a flush: buffer the next interval's values, or send new series
@@ -493,12 +549,17 @@ class PendingInstrument:
             self.direct_flushes = 0
         self._last_interval = (0, 0)
 
+    def give_back_int64_room(self, budget: int) -> None:
+        """Return room an ended thread took and did not spend. `int64_lock` is held."""
+        self._int64_left += budget
+
     def take_int64_room(self, magnitude: int, budget: int, *, chunk: int = 2**48) -> int:
         """A thread's budget of `budget` topped up for an int of `magnitude` (by at least
         `chunk`, if the room left allows); a budget still below `magnitude` means the int
         would pass int64 (and every later value is summed as a float). `int64_lock` is
         held. The chunk lets a thread check the bound without this lock for 2**48 of
-        magnitude; 32,768 threads could take all the room."""
+        magnitude; 32,768 live threads could hold all the room (an ended one gives its
+        back)."""
         taken = min(max(magnitude, chunk), self._int64_left)
         self._int64_left -= taken
         budget += taken
@@ -513,7 +574,7 @@ _DIRECT_MIN_SERIES: Final = 100
 #: A direct instrument buffers one interval every this many flushes, to measure again.
 _PROBE_EVERY: Final = 8
 
-# A sum series recorded directly until the next collection (see `keep`).
+# A sum series recorded directly until the next collection (see `keep_call`).
 _HANDED_OVER: Final = object()
 
 

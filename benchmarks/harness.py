@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import importlib.metadata
+import os
 import pathlib
 import re
 import statistics
@@ -58,6 +59,13 @@ def print_versions() -> None:
     print(f"python {sys.version.split()[0]} ({sys.executable})")
     releases = ", ".join(f"{name} {installed(name)}" for name in MEASURED)
     print(f"{releases} ({pathlib.Path(nemo.lens.__file__).parent})")
+    print(load_average("at the start"))
+
+
+def load_average(when: str) -> str:
+    """The machine's 1, 5 and 15 minute load averages, for the record of a run."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {when}: {one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
 @dataclass(frozen=True)
@@ -167,3 +175,4 @@ def print_table(rows: Sequence[Sequence[str]], header: Sequence[str] = HEADER) -
         print(" | ".join(cells).rstrip())
         if number == 0:
             print("-|-".join("-" * width for width in widths))
+    print(load_average("after the table"))

@@ -480,6 +480,39 @@ def test_a_thread_recording_during_a_hand_over_never_overtakes_an_older_value() 
     assert sent == [1.0, 2.0]
 
 
+def test_a_gauge_set_later_on_another_thread_wins_over_the_first_threads_value() -> None:
+    """The main thread's shard is taken first; the value a newer thread set after it wins."""
+    handle, reader = in_memory_setup()
+    try:
+        record_metrics(handle.meter, GROUP, loss=1.0)
+        thread = threading.Thread(
+            target=record_metrics, args=(handle.meter, GROUP), kwargs={"loss": 2.0}
+        )
+        thread.start()
+        thread.join(30)
+        assert values_of(reader.get_metrics_data(), "co.loss") == [2.0]
+    finally:
+        handle.shutdown()
+
+
+def test_an_unkeyable_sum_reaching_the_sdk_at_once_keeps_the_int64_guard() -> None:
+    """A sum's int handed to the SDK at once (attributes no series key holds) counts
+    towards the int64 bound too: past it, it and later ints go as floats."""
+    added: list[object] = []
+
+    class Counter:
+        def add(self, value: float, attributes: object = None) -> None:
+            added.append(value)
+
+    buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
+    keep = buffer.instrument(Counter(), "add", "counter").keep
+    for _ in range(3):
+        keep(2**62, {"ids": [1, 2]})
+    keep(1, {"ids": [3]})
+    assert [type(value) for value in added] == [int, float, float, float]
+    assert added[1:] == [float(2**62), float(2**62), 1.0]
+
+
 def test_force_flush_and_shutdown_export_every_buffered_value() -> None:
     """force_flush and shutdown hand over every value recorded before them."""
     exporter = RecordingMetricExporter()

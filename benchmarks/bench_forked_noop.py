@@ -44,18 +44,16 @@ from typing import Any
 
 import harness
 from bench_step import STEP_GROUP, STEP_SPECS, STEP_VALUES
-from harness import Row, Timing, print_table, print_versions, ratio_row
+from harness import Row, Timing, print_report, print_versions, ratio_row
 from opentelemetry.metrics import NoOpMeter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from nemo.lens import (
-    NemoLensConfig,
     _forked_children,
     _inheritance,
     record_metrics,
     register_metric_group,
-    setup_telemetry,
 )
 
 TARGET = 2.0
@@ -230,14 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     counter = WarningCounter()
     logging.getLogger("nemo.lens").addHandler(counter)
     register_metric_group(STEP_GROUP, STEP_SPECS)
-    handle = setup_telemetry(
-        NemoLensConfig(enabled=True, service_name="bench-forked-noop", traces_enabled=False),
-        metric_reader=InMemoryMetricReader(),
-    )
-    if not handle.is_exporting:
-        print("no figures: setup_telemetry returned a handle that does not export")
-        handle.shutdown()
+    lens = harness.lens_in_memory("bench-forked-noop")
+    if lens is None:
         return 0
+    handle = lens[0]
     # A framework's own provider, recorded on through lens before the forks (as the
     # parent records on handle.meter), so its children inherit it.
     own_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
@@ -261,11 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         row_of("a grandchild's call on handle.meter / on a NoOpMeter", grandchild, notes),
         row_of("a child's call on a meter lens did not build / on a NoOpMeter", child, notes),
     ]
-    print()
-    print_table(rows)
-    print()
-    for note in notes:
-        print(note)
+    print_report(rows, notes)
     print(
         f"per call of {len(STEP_VALUES)} values; {args.rounds} rounds of {args.number} calls "
         f"per side; clock: {args.clock}; measured in {time.perf_counter() - started:.1f} s"

@@ -60,7 +60,7 @@ from harness import Row, Timing, duration, print_table, print_versions, ratio_ro
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from nemo.lens import MetricSpec, NemoLensConfig, register_metric_group, setup_telemetry
+from nemo.lens import MetricSpec, register_metric_group
 from nemo.lens.instruments._spec import SDK_DEFAULT_BUCKETS
 
 GAUGE_GROUP = "bench_per_value_gauges"
@@ -309,15 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         (HISTOGRAM_GROUP, HISTOGRAM_SPECS),
     ):
         register_metric_group(group, specs)
-    lens_reader = InMemoryMetricReader()
-    handle = setup_telemetry(
-        NemoLensConfig(enabled=True, service_name="bench-per-value", traces_enabled=False),
-        metric_reader=lens_reader,
-    )
-    if not handle.is_exporting:
-        print("no figures: setup_telemetry returned a handle that does not export")
-        handle.shutdown()
+    lens = harness.lens_in_memory("bench-per-value")
+    if lens is None:
         return 0
+    handle, lens_reader = lens
     raw_reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[raw_reader])
     bench = Bench(

@@ -62,7 +62,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness import Row, Timing, print_table, print_versions, ratio_row, verdict
+from harness import Row, Timing, print_report, print_versions, ratio_row, verdict
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     InMemoryMetricReader,
@@ -697,11 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     row, note = shutdown_row(largest, args.large_rounds)
     rows.append(row)
     notes.append(note)
-    print()
-    print_table(rows)
-    print()
-    for note in notes:
-        print(note)
+    print_report(rows, notes)
     print(f"run time: {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -62,7 +62,7 @@ from typing import Any
 
 import harness
 from bench_step import SPAN_GROUPS, STEP_GROUP, STEP_SPANS, STEP_SPECS, STEP_VALUES, direct_calls
-from harness import Row, Timing, print_table, print_versions, ratio_row, verdict
+from harness import Row, Timing, print_report, print_versions, ratio_row, verdict
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -515,11 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         note = f"(c) failed: {type(exc).__name__}: {exc}"
     rows.append(row)
     notes.append(note)
-    print()
-    print_table(rows)
-    print()
-    for note in notes:
-        print(note)
+    print_report(rows, notes)
     print(f"run time: {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -55,7 +55,7 @@ from harness import Row, print_table, print_versions
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from nemo.lens import NemoLensConfig, register_metric_group, setup_telemetry
+from nemo.lens import register_metric_group
 
 VALUES_PER_STEP = len(STEP_SPECS)
 
@@ -311,15 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     print_versions()
     counts = [int(part) for part in args.threads.split(",") if part.strip()]
     register_metric_group(STEP_GROUP, STEP_SPECS)
-    lens_reader = InMemoryMetricReader()
-    handle = setup_telemetry(
-        NemoLensConfig(enabled=True, service_name="bench-threads", traces_enabled=False),
-        metric_reader=lens_reader,
-    )
-    if not handle.is_exporting:
-        print("no figures: setup_telemetry returned a handle that does not export")
-        handle.shutdown()
+    lens = harness.lens_in_memory("bench-threads")
+    if lens is None:
         return 0
+    handle, lens_reader = lens
     raw_reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[raw_reader])
 

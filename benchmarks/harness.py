@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 #: The distributions whose releases every benchmark reports.
 MEASURED = ("opentelemetry-api", "opentelemetry-sdk", "lens-core")
@@ -176,3 +176,31 @@ def print_table(rows: Sequence[Sequence[str]], header: Sequence[str] = HEADER) -
         if number == 0:
             print("-|-".join("-" * width for width in widths))
     print(load_average("after the table"))
+
+
+def print_report(rows: Sequence[Sequence[str]], notes: Sequence[str]) -> None:
+    """A script's table between blank lines, then its notes, one a line."""
+    print()
+    print_table(rows)
+    print()
+    for note in notes:
+        print(note)
+
+
+def lens_in_memory(service_name: str) -> tuple[Any, Any] | None:
+    """lens's pipeline over an `InMemoryMetricReader` (no traces): (handle, reader), or
+    None, said on stdout, where setup gave a handle that does not export."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from nemo.lens import NemoLensConfig, setup_telemetry
+
+    reader = InMemoryMetricReader()
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True, service_name=service_name, traces_enabled=False),
+        metric_reader=reader,
+    )
+    if handle.is_exporting:
+        return handle, reader
+    print("no figures: setup_telemetry returned a handle that does not export")
+    handle.shutdown()
+    return None

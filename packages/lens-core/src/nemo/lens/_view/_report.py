@@ -72,7 +72,7 @@ def build_report(paths: Sequence[Path]) -> Report:
                     if timelines.wants(record):
                         timelines.add(sources.id_of(resource), record)
                 except _RECORD_PROBLEMS:
-                    pass  # counted in the first pass
+                    pass  # a span the timeline cannot draw: the tables above still count it
     labels = sources.labels()
     traces = timelines.drawn(labels)
     extents = (metrics.first_ns, metrics.last_ns, spans.first_ns, spans.last_ns)

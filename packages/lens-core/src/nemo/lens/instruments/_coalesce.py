@@ -10,6 +10,11 @@ instruments, series, values and per-interval presence (the interval sum is added
 order the SDK would add it, starting from 0). Histograms are recorded directly: a
 distribution cannot be coalesced.
 
+Buffering pays when a series gets many values an interval. An instrument whose many
+series mostly got one sends new series to the SDK at once instead, re-measured every few
+flushes (`PendingInstrument.choose_mode`); the SDK still gets each series' values in the
+order they were recorded.
+
 Only meters of a provider that lens's pipeline built coalesce: the pipeline registers a
 `CoalescingBuffer` for its provider and flushes it before each of its readers collects
 (`nemo.lens._sdk._coalescing`). Every other meter keeps the direct path.

@@ -685,3 +685,25 @@ def test_the_fork_hook_forgets_every_buffer() -> None:
         assert _coalesce.buffer_for(handle.meter) is None
     finally:
         handle.shutdown()
+
+
+def test_the_cardinality_limit_bounds_what_the_buffer_holds() -> None:
+    """With metric_cardinality_limit=5, a gauge and a counter recorded on 50 attribute sets
+    keep at most 5 sets plus the overflow series each in the buffer, and export that much.
+
+    The SDK's own per-instrument limit (opentelemetry-sdk 1.45.2 and newer) is lifted on
+    lens's pipeline; this one is the limit, and it applies before a value is buffered."""
+    reader = InMemoryMetricReader()
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True, traces_enabled=False, metric_cardinality_limit=5),
+        metric_reader=reader,
+    )
+    try:
+        for rank in range(50):
+            record_metrics(handle.meter, GROUP, loss=0.5, tokens=1, attributes={"rank": rank})
+        assert pending_series(handle) == 2 * (5 + 1)
+        data = reader.get_metrics_data()
+        assert len(points_of(data, "co.loss")) == 6
+        assert sorted(values_of(data, "co.tokens")) == [1, 1, 1, 1, 1, 45]
+    finally:
+        handle.shutdown()

@@ -381,3 +381,45 @@ def test_a_series_being_handed_over_is_buffered_even_while_direct() -> None:
     finally:
         release.set()
         provider.shutdown()
+
+
+#: Series of the counter in the tests below.
+FIRST, SECOND = {"a": 1}, {"a": 2}
+
+
+@pytest.mark.parametrize(
+    "sequence",
+    [
+        # The first series holds room it never spends; the second's last int fits only
+        # with it: int64's maximum exactly, still an int sum, and one more is a float.
+        [(FIRST, 1), (SECOND, 2**62), (SECOND, 2**62 - 2), ("collect",), (FIRST, 1)],
+        # The same across a collection (which takes the held room back).
+        [(FIRST, 1), ("collect",), (SECOND, 2**62), (SECOND, 2**62 - 2), ("collect",), (FIRST, 1)],
+        # A float joining the first series' int sum gives its room back.
+        [(FIRST, 1), (FIRST, 0.5), (SECOND, 2**62), (SECOND, 2**62 - 2), ("collect",), (SECOND, 1)],
+        # Many small ints on one series, a few big ones on the other.
+        [*[(FIRST, 3)] * 50, (SECOND, 2**62), (SECOND, 2**62 - 151), ("collect",), (FIRST, 1)],
+    ],
+    ids=["held-room", "across-a-collection", "a-float-joins", "many-small"],
+)
+def test_a_counters_ints_switch_to_floats_where_direct_recording_switches(
+    sequence: list[tuple[Any, ...]],
+) -> None:
+    """A counter's buffered series holds int64 room of its own (its later ints cost one
+    comparison); room it does not spend is taken back before an int could be refused, so
+    with one thread the ints turn into floats at exactly the value direct recording turns
+    them, whatever series holds room, and the points stay those of direct recording."""
+    register_metric_group(GROUP, SPECS)
+    direct_provider, direct_meter, direct_readers = build(("cumulative",), coalesced=False)
+    lens_provider, lens_meter, lens_readers = build(("cumulative",), coalesced=True)
+    try:
+        for step in [*sequence, ("collect",)]:
+            if step[0] == "collect":
+                assert exported(lens_readers[0]) == exported(direct_readers[0])
+                continue
+            attributes, value = step
+            record_metrics(direct_meter, GROUP, c=value, attributes=attributes)
+            record_metrics(lens_meter, GROUP, c=value, attributes=attributes)
+    finally:
+        direct_provider.shutdown()
+        lens_provider.shutdown()

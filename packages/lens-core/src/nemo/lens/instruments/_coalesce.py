@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -122,6 +123,7 @@ class CoalescingBuffer:
                 getattr(instrument, record_name),
                 last_wins=kind == "gauge",
                 name=str(getattr(instrument, "name", "")),
+                monotonic=kind == "counter",
             )
         return pending
 
@@ -202,40 +204,46 @@ class CoalescingBuffer:
                     elif pending.direct and pending.may_record_now(key):
                         direct.append((pending, value, attributes))
                     else:
-                        series[key] = [value, attributes, next(_order) if threaded else 0]
+                        series[key] = [value, attributes, next(_order) if threaded else 0, _NO_ROOM]
                     continue
                 if value_type is int:
-                    # The int64 guard (see `PendingInstrument`): spend this thread's budget.
-                    if pending.passed_int64:
-                        value = float(value)
+                    if not pending.passed_int64:
+                        if kept_entry is not None:
+                            total = kept_entry[0]
+                            if (
+                                total is not _HANDED_OVER
+                                and (summed := total + value) <= kept_entry[3]
+                            ):
+                                # Within the int64 room the entry holds (see `_ENTRY_ROOM`).
+                                kept_entry[0] = summed
+                                kept_entry[2] = 1
+                                continue
+                        # The int64 guard (see `PendingInstrument`).
+                        value = _spend_int64(shard, pending, kept_entry, value)
                     else:
-                        magnitude = value if value >= 0 else -value
-                        budget = budgets.get(pending, 0)
-                        if magnitude <= budget:
-                            budgets[pending] = budget - magnitude
-                        else:
-                            value = _within_int64(budgets, pending, value, magnitude, budget)
+                        value = float(value)
                 if kept_entry is None:
                     if pending.direct and pending.may_record_now(key):
                         direct.append((pending, value, attributes))
                     else:
-                        series[key] = [value, attributes, 0]
+                        kept_entry = series[key] = [value, attributes, 0, _NO_ROOM]
+                        if type(value) is int and pending.holds_room:
+                            _grant_room(budgets, pending, kept_entry)
                     continue
                 total = kept_entry[0]
                 if total is _HANDED_OVER:
                     direct.append((pending, value, kept_entry[1]))
                     continue
+                if kept_entry[3] is not _NO_ROOM:  # a float joins a counter's int sum
+                    _return_room(budgets, pending, kept_entry)
                 summed = total + value
                 if summed - summed == 0:
                     kept_entry[0] = summed
                     kept_entry[2] = 1
+                    if type(summed) is int and pending.holds_room:
+                        _grant_room(budgets, pending, kept_entry)
                     continue
-                # Finite values whose sum overflows: the SDK would sum them to an infinity
-                # itself but refuses an infinite value, so it gets them one by one, for the
-                # rest of the interval.
-                kept_entry[0] = _HANDED_OVER
-                direct.append((pending, total, kept_entry[1]))
-                direct.append((pending, value, kept_entry[1]))
+                _hand_over_overflow(pending, kept_entry, value, direct)
         if direct:
             _record_now(direct)
         return rest
@@ -331,9 +339,11 @@ class CoalescingBuffer:
 
 
 #: One thread's buffered values: instrument -> series key -> entry. An entry is
-#: [value, attributes as first given, mark]: a gauge's mark is the `_order` number of its
-#: last value once several threads keep values in the buffer; otherwise the mark is 1 once
-#: the series got a second value in the interval (0 before).
+#: [value, attributes as first given, mark, cap]: a gauge's mark is the `_order` number of
+#: its last value once several threads keep values in the buffer; otherwise the mark is 1
+#: once the series got a second value in the interval (0 before). A counter whose sum is an
+#: int may add ints up to its cap without spending its thread's int64 budget value by
+#: value (`_grant_room`); every other entry's cap is `_NO_ROOM`.
 _ShardSeries = dict["PendingInstrument", dict[frozenset[Any], list[Any]]]
 
 #: Orders gauge values across threads: the last one set wins, whichever thread set it.
@@ -389,6 +399,10 @@ class _Shard:
             series, self.series = self.series, {}
             for pending, kept in series.items():
                 pending.in_flight = kept
+                if pending.holds_room:
+                    for entry in kept.values():
+                        if entry[3] is not _NO_ROOM:
+                            _return_room(self.int64_budgets, pending, entry)
         return series
 
 
@@ -406,23 +420,69 @@ class _ShardEnder:
             shard.ended = True
 
 
-def _within_int64(
-    budgets: dict[PendingInstrument, int],
+def _hand_over_overflow(
     pending: PendingInstrument,
-    value: int,
-    magnitude: int,
-    budget: int,
+    entry: list[Any],
+    value: float,
+    direct: list[tuple[PendingInstrument, Any, Mapping[str, object] | None]],
+) -> None:
+    """Finite values whose sum overflows: the SDK would sum them to an infinity itself but
+    refuses an infinite value, so it gets them one by one (`direct`), for the rest of the
+    interval. The shard's lock is held."""
+    total, entry[0] = entry[0], _HANDED_OVER
+    direct.append((pending, total, entry[1]))
+    direct.append((pending, value, entry[1]))
+
+
+def _spend_int64(
+    shard: _Shard, pending: PendingInstrument, entry: list[Any] | None, value: int
 ) -> int | float:
-    """`value`, an int of `magnitude` past its thread's `budget` for sum `pending`, as it
-    may be summed: taking more room from the instrument, or as a float once ints could
-    take the SDK's sum past int64. The shard's lock is held."""
-    with pending.int64_lock:
-        budget = pending.take_int64_room(magnitude, budget)
+    """`value`, an int for sum `pending` (into `entry`, None for a new series), as it may
+    be summed: its magnitude spent from the thread's budget, which first takes back the
+    room `entry` holds, then more room from the instrument and, before giving up, the
+    room every other entry of the thread holds; a float once ints could take the SDK's
+    sum past int64. The shard's lock is held."""
+    budgets = shard.int64_budgets
+    magnitude = value if value >= 0 else -value
+    if entry is not None and entry[3] is not _NO_ROOM:
+        _return_room(budgets, pending, entry)
+    budget = budgets.get(pending, 0)
     if magnitude > budget:
-        budgets[pending] = budget
-        return float(value)
+        with pending.int64_lock:
+            budget = pending.take_int64_room(magnitude, budget)
+        if magnitude > budget:
+            # Room other entries hold would let this int pass: with one thread, the ints
+            # switch to floats exactly where direct recording switches.
+            for held in shard.series.get(pending, {}).values():
+                if held[3] is not _NO_ROOM:
+                    budget += held[3] - held[0]
+                    held[3] = _NO_ROOM
+            if magnitude > budget:
+                budgets[pending] = budget
+                return float(value)
     budgets[pending] = budget - magnitude
     return value
+
+
+def _grant_room(
+    budgets: dict[PendingInstrument, int], pending: PendingInstrument, entry: list[Any]
+) -> None:
+    """Let counter `entry`, whose sum is an int, take later ints without the thread's
+    budget: it holds up to `_ENTRY_ROOM` of that budget (what is left of it), so its sum
+    may grow to the cap in `entry[3]`. The shard's lock is held."""
+    budget = budgets.get(pending, 0)
+    room = budget if budget < _ENTRY_ROOM else _ENTRY_ROOM
+    budgets[pending] = budget - room
+    entry[3] = entry[0] + room
+
+
+def _return_room(
+    budgets: dict[PendingInstrument, int], pending: PendingInstrument, entry: list[Any]
+) -> None:
+    """Give the room counter `entry` holds and did not spend back to the thread's budget
+    (its sum is still the int it was granted on). The shard's lock is held."""
+    budgets[pending] = budgets.get(pending, 0) + entry[3] - entry[0]
+    entry[3] = _NO_ROOM
 
 
 def _keep_latest_gauge_values(taken: list[_ShardSeries]) -> None:
@@ -454,7 +514,9 @@ class PendingInstrument:
     kept as floats, which makes the SDK's sum a double. Each thread spends a budget taken
     from the instrument's remaining room in chunks, so it checks the bound under its
     shard's lock alone; with one thread that is the exact bound, with several it may
-    switch a little early (never late).
+    switch a little early (never late). A counter's buffered series holds part of its
+    thread's budget itself (its values are never negative, so its int sum is their
+    magnitude): a later int within it costs one comparison (`_grant_room`).
     """
 
     __slots__ = (
@@ -464,6 +526,7 @@ class PendingInstrument:
         "buffer",
         "direct",
         "direct_flushes",
+        "holds_room",
         "in_flight",
         "int64_lock",
         "last_wins",
@@ -479,13 +542,17 @@ class PendingInstrument:
         *,
         last_wins: bool,
         name: str,
+        monotonic: bool = False,
     ) -> None:
         self.buffer = buffer
         self.name = name
         #: How `keep` hands its one value to `CoalescingBuffer.keep_call`.
-        self._as_kept = {"": (self, -_INFINITY)}
+        self._as_kept = {"": (self, 0 if monotonic else -_INFINITY)}
         #: A gauge's (its interval's last value wins); else a sum's (its values add up).
         self.last_wins = last_wins
+        #: A counter's: its values are never negative, so the sum of an entry's ints is
+        #: their magnitude, and an entry may hold int64 room (see `_grant_room`).
+        self.holds_room = monotonic
         self.record = record
         # The int64 guard: the room no thread has taken yet (under `int64_lock`), and 0,
         # 1 (passed, not yet warned) or 2 (warned).
@@ -581,6 +648,12 @@ _PROBE_EVERY: Final = 8
 
 # A sum series recorded directly until the next collection (see `keep_call`).
 _HANDED_OVER: Final = object()
+#: The cap of an entry holding no int64 room: no sum is at most it.
+_NO_ROOM: Final = -math.inf
+#: How much of its thread's int64 budget a counter's entry holds at most: its later ints
+#: then cost one comparison. Ints past it take more; what it does not spend goes back at
+#: the flush, or when the thread's budget runs short (so the switch to floats stays exact).
+_ENTRY_ROOM: Final = 2**40
 
 
 # The buffer of each provider lens's pipelines built, keyed by the provider's measurement

@@ -7,10 +7,10 @@ here, naming it, instead of silently disabling what lens built on it.
 from __future__ import annotations
 
 import pytest
-from opentelemetry import metrics
+from opentelemetry import metrics, trace
 
 from nemo.lens import _otel_internals
-from nemo.lens.testing import in_memory_metrics, reset_otel_globals
+from nemo.lens.testing import in_memory_metrics, in_memory_spans, reset_otel_globals
 
 
 def test_every_private_module_name_is_present() -> None:
@@ -72,3 +72,30 @@ def test_a_meter_shares_its_providers_measurement_consumer() -> None:
         assert _otel_internals.meter_consumer(pipeline.meter) is consumer
     finally:
         pipeline.shutdown()
+
+
+def test_an_ended_spans_containers_hold_what_its_properties_copy() -> None:
+    """span_containers() reads an ended span's own attributes, events and links (the
+    names in SPAN_CONTAINERS), equal to the copies its public properties return, for a
+    span with all three and for a bare one."""
+    pytest.importorskip("opentelemetry.sdk.trace")
+    pipeline = in_memory_spans()
+    try:
+        with pipeline.tracer.start_as_current_span("linked") as linked:
+            pass
+        links = [trace.Link(linked.get_span_context(), {"why": "retry"})]
+        with pipeline.tracer.start_as_current_span("full", links=links) as span:
+            span.set_attribute("api_key", "hidden")
+            span.add_event("tick", {"token": "hidden"})
+        bare, full = pipeline.finished()
+    finally:
+        pipeline.shutdown()
+    for name in _otel_internals.SPAN_CONTAINERS:
+        assert hasattr(full, name), name
+    attributes, events, links_held = _otel_internals.span_containers(full)
+    assert dict(attributes) == dict(full.attributes or {}) == {"api_key": "hidden"}
+    assert tuple(events) == full.events
+    assert [event.name for event in events] == ["tick"]
+    assert tuple(links_held) == full.links
+    assert len(full.links) == 1
+    assert [len(held or ()) for held in _otel_internals.span_containers(bare)] == [0, 0, 0]

@@ -2,7 +2,9 @@
 
 lens needs a few of them: the metrics proxy types (to skip a proxy with nothing behind it
 on the recording path), the reader's collection callback (to gate collections across
-`fork()`), and the API's set-once globals (so `nemo.lens.testing` can forget a provider).
+`fork()`), the API's set-once globals (so `nemo.lens.testing` can forget a provider), and
+an ended span's own containers (so export reads them without the copies the public
+properties make).
 A release may rename any of these without notice, so `missing_internals()` lists those
 this install lacks; a test runs it in every cell of the OpenTelemetry matrix.
 """
@@ -39,6 +41,10 @@ MEASUREMENT_CONSUMER: Final = "_measurement_consumer"
 #: per SDK instrument class, read by the `MeterProvider` when it is built.
 READER_TEMPORALITY: Final = "_instrument_class_temporality"
 READER_CARDINALITY_LIMITS: Final = "_instrument_class_cardinality_limit"
+#: The containers an SDK `ReadableSpan` holds its attributes, events and links in; its
+#: public properties copy them on every read (a mapping proxy and two tuples, the events'
+#: and links' under a lock), which export, reading every span twice, need not pay.
+SPAN_CONTAINERS: Final = ("_attributes", "_events", "_links")
 #: The SDK's synchronous instrument classes (named, so this module never imports the SDK),
 #: by the lens kind (`MetricSpec.kind`) each creates.
 SDK_INSTRUMENT_CLASS_BY_KIND: Final = {
@@ -105,6 +111,16 @@ def lift_sdk_cardinality_limits(reader: object, unlimited: int) -> bool:
     for instrument_class in limits:
         limits[instrument_class] = unlimited
     return True
+
+
+def span_containers(span: Any) -> tuple[Any, Any, Any]:
+    """An ended span's attributes (None or a mapping), events and links, as the span holds
+    them: read-only, no copy. The public properties' copies on a release that keeps them
+    elsewhere."""
+    try:
+        return span._attributes, span._events, span._links
+    except AttributeError:
+        return span.attributes, span.events, span.links
 
 
 def meter_consumer(meter: object) -> Any:

@@ -118,8 +118,17 @@ def _bounded_list(items: Sequence[Any], dropped: int) -> Sequence[Any]:
 def redacted_span(span: ReadableSpan) -> ReadableSpan:
     """`span` itself when it has nothing to hide, else a copy with its secrets redacted
     (dropped counts kept)."""
-    attributes = redacted_attributes(span.attributes)
-    original_events = span.events
+    held_attributes, held_events, held_links = _otel_internals.span_containers(span)
+    status = span.status
+    if (
+        not held_attributes
+        and not held_events
+        and not held_links
+        and status.status_code is not StatusCode.ERROR
+    ):
+        return span  # the usual span: nothing a secret could be in
+    attributes = redacted_attributes(held_attributes)
+    original_events = span.events if held_events else ()
     events: list[Event] | None = None
     for index, event in enumerate(original_events):
         event_attributes = redacted_attributes(event.attributes)
@@ -131,7 +140,7 @@ def redacted_span(span: ReadableSpan) -> ReadableSpan:
                 _bounded(event_attributes, _dropped(event.attributes)),
                 event.timestamp,
             )
-    original_links = span.links
+    original_links = span.links if held_links else ()
     links: list[Link] | None = None
     for index, link in enumerate(original_links):
         link_attributes = redacted_attributes(link.attributes)
@@ -139,7 +148,6 @@ def redacted_span(span: ReadableSpan) -> ReadableSpan:
             if links is None:
                 links = list(original_links)
             links[index] = Link(link.context, _bounded(link_attributes, _dropped(link.attributes)))
-    status = span.status
     description = status.description
     if status.status_code is StatusCode.ERROR and description:
         hidden = redact_text(description)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from nemo.lens import _log_filters
+from nemo.lens import _log_filters, _otel_internals
 from nemo.lens._sdk._console import LogRecordExporter
 from nemo.lens._value_limits import ValueLimits
 from nemo.lens.version import __version__
@@ -157,13 +157,16 @@ def _at_limit(value: object, limit: int | None) -> int:
 def span_values_at_limit(span: ReadableSpan, limits: ValueLimits) -> int:
     """How many of `span`'s attribute values (its own, its events' and links') the limits
     cut, by `_at_limit`."""
-    count = sum(
-        _at_limit(value, limits.span_attribute) for value in (span.attributes or {}).values()
-    )
-    holders: tuple[Any, ...] = (*span.events, *span.links)
-    for holder in holders:
-        attributes = holder.attributes or {}
-        count += sum(_at_limit(value, limits.attribute) for value in attributes.values())
+    attributes, events, links = _otel_internals.span_containers(span)
+    count = 0
+    if attributes:
+        limit = limits.span_attribute
+        count = sum(_at_limit(value, limit) for value in attributes.values())
+    if events or links:  # most spans have neither
+        holders: tuple[Any, ...] = (*events, *links)
+        for holder in holders:
+            held = holder.attributes or {}
+            count += sum(_at_limit(value, limits.attribute) for value in held.values())
     return count
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -210,3 +211,28 @@ def test_undecodable_environment_values_become_encodable() -> None:
     for value in found.values():
         if isinstance(value, str):
             value.encode("utf-8")
+
+
+def test_the_pipeline_resource_serializes_its_attributes_for_a_hash_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The resource setup builds (which the OTLP span encoder hashes once per span) hashes
+    without serializing its attributes again, and is equal to, and hashes as, a plain SDK
+    resource of the same attributes, its redacted values included."""
+    from opentelemetry.sdk import resources as sdk_resources
+
+    resource = build_resource(attributes(caller_attributes={"hf_token": "sk-1"}))
+    plain = sdk_resources.Resource(resource.attributes, resource.schema_url)
+    assert resource.attributes["hf_token"] == "[REDACTED]"
+    assert resource == plain
+    assert hash(resource) == hash(plain)
+    serialized: list[object] = []
+
+    def counting_dumps(*args: Any, **kwargs: Any) -> str:
+        serialized.append(args)
+        return json.dumps(*args, **kwargs)
+
+    # What the SDK's Resource.__hash__ serializes with.
+    monkeypatch.setattr("opentelemetry.sdk.resources.dumps", counting_dumps)
+    assert len({hash(resource) for _ in range(3)}) == 1
+    assert serialized == []

@@ -418,10 +418,28 @@ def _count_cut_values(
     return TruncationCountingSpanExporter(exporter, plan.value_limits, pipeline.truncations)
 
 
+class PipelineResource(Resource):
+    """An SDK `Resource` whose hash is computed once.
+
+    The OTLP span encoder groups a batch's spans by resource, hashing each span's, and
+    the SDK's hash serializes every attribute to JSON on each call; a resource is
+    immutable, so the first hash holds. Equal to (and hashing as) a plain `Resource` of
+    the same attributes and schema URL.
+    """
+
+    def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
+        super().__init__(attributes, schema_url)
+        self._lens_hash = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._lens_hash
+
+
 def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:
     """Return an SDK `Resource` of `attributes` over the SDK's own detection, with every
     secret key's value redacted (`OTEL_RESOURCE_ATTRIBUTES`' too)."""
-    return _redacting.redacted_resource(Resource.create(dict(attributes)))
+    resource = _redacting.redacted_resource(Resource.create(dict(attributes)))
+    return PipelineResource(resource.attributes, resource.schema_url)
 
 
 def _discard(pipeline: Pipeline) -> None:

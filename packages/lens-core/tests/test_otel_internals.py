@@ -79,6 +79,8 @@ def test_an_ended_spans_containers_hold_what_its_properties_copy() -> None:
     names in SPAN_CONTAINERS), equal to the copies its public properties return, for a
     span with all three and for a bare one."""
     pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace import ReadableSpan
+
     pipeline = in_memory_spans()
     try:
         with pipeline.tracer.start_as_current_span("linked") as linked:
@@ -90,12 +92,31 @@ def test_an_ended_spans_containers_hold_what_its_properties_copy() -> None:
         bare, full = pipeline.finished()
     finally:
         pipeline.shutdown()
+    assert type(full) is ReadableSpan
     for name in _otel_internals.SPAN_CONTAINERS:
         assert hasattr(full, name), name
-    attributes, events, links_held = _otel_internals.span_containers(full)
+    attributes, events, links_held = _otel_internals.span_containers(full, ReadableSpan)
     assert dict(attributes) == dict(full.attributes or {}) == {"api_key": "hidden"}
     assert tuple(events) == full.events
     assert [event.name for event in events] == ["tick"]
     assert tuple(links_held) == full.links
     assert len(full.links) == 1
-    assert [len(held or ()) for held in _otel_internals.span_containers(bare)] == [0, 0, 0]
+    held = _otel_internals.span_containers(bare, ReadableSpan)
+    assert [len(container or ()) for container in held] == [0, 0, 0]
+
+
+def test_a_span_subclass_is_read_through_its_public_properties() -> None:
+    """A span whose class is not exactly the SDK's ReadableSpan (its properties may say
+    otherwise than its containers) is read through its properties."""
+    pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    class Computed(ReadableSpan):
+        @property
+        def attributes(self) -> dict[str, str]:
+            return {"api_key": "computed"}
+
+    span = Computed(name="computed", attributes={})
+    attributes, events, links = _otel_internals.span_containers(span, ReadableSpan)
+    assert attributes == {"api_key": "computed"}
+    assert (events, links) == ((), ())

@@ -164,6 +164,22 @@ def test_spans_and_points_without_secrets_are_handed_on_unchanged() -> None:
     assert redacted_metrics(data) is data
 
 
+def test_a_span_subclass_with_computed_attributes_is_redacted() -> None:
+    """A span object whose class computes its attributes (not the SDK's own ReadableSpan)
+    is redacted by what its properties return, not by the containers it holds."""
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    from nemo.lens._sdk._redacting import redacted_span
+
+    class Computed(ReadableSpan):
+        @property
+        def attributes(self) -> dict[str, str]:
+            return {"api_key": SECRET, "step": "3"}
+
+    hidden = redacted_span(Computed(name="computed"))
+    assert dict(hidden.attributes or {}) == {"api_key": REDACTED, "step": "3"}
+
+
 def test_a_redacted_span_keeps_its_dropped_counts() -> None:
     """Redacting a span's copy keeps the attribute count the SDK's limit dropped."""
     handle, exporter = setup_in_memory()

@@ -113,14 +113,22 @@ def lift_sdk_cardinality_limits(reader: object, unlimited: int) -> bool:
     return True
 
 
-def span_containers(span: Any) -> tuple[Any, Any, Any]:
+def span_containers(span: Any, sdk_span_type: type) -> tuple[Any, Any, Any]:
     """An ended span's attributes (None or a mapping), events and links, as the span holds
-    them: read-only, no copy. The public properties' copies on a release that keeps them
-    elsewhere."""
-    try:
-        return span._attributes, span._events, span._links
-    except AttributeError:
-        return span.attributes, span.events, span.links
+    them: read-only, no copy.
+
+    Only for a span of exactly `sdk_span_type` (the SDK's `ReadableSpan`, what its spans
+    end as), whose properties copy those containers; any other span (a subclass may
+    compute its properties), and a release that keeps them elsewhere, gets the public
+    properties' values.
+    """
+    if type(span) is sdk_span_type:
+        held: Any = span  # (the class check narrows the type to `object`)
+        try:
+            return held._attributes, held._events, held._links
+        except AttributeError:
+            pass
+    return span.attributes, span.events, span.links
 
 
 def meter_consumer(meter: object) -> Any:

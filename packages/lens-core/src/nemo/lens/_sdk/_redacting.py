@@ -118,7 +118,7 @@ def _bounded_list(items: Sequence[Any], dropped: int) -> Sequence[Any]:
 def redacted_span(span: ReadableSpan) -> ReadableSpan:
     """`span` itself when it has nothing to hide, else a copy with its secrets redacted
     (dropped counts kept)."""
-    held_attributes, held_events, held_links = _otel_internals.span_containers(span)
+    held_attributes, held_events, held_links = _otel_internals.span_containers(span, ReadableSpan)
     status = span.status
     if (
         not held_attributes

@@ -157,7 +157,7 @@ def _at_limit(value: object, limit: int | None) -> int:
 def span_values_at_limit(span: ReadableSpan, limits: ValueLimits) -> int:
     """How many of `span`'s attribute values (its own, its events' and links') the limits
     cut, by `_at_limit`."""
-    attributes, events, links = _otel_internals.span_containers(span)
+    attributes, events, links = _otel_internals.span_containers(span, ReadableSpan)
     count = 0
     if attributes:
         limit = limits.span_attribute

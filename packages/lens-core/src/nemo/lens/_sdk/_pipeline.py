@@ -419,7 +419,7 @@ def _count_cut_values(
 
 
 class PipelineResource(Resource):
-    """An SDK `Resource` whose hash is computed once.
+    """An SDK `Resource` whose hash is computed once, when first asked for.
 
     The OTLP span encoder groups a batch's spans by resource, hashing each span's, and
     the SDK's hash serializes every attribute to JSON on each call; a resource is
@@ -427,12 +427,14 @@ class PipelineResource(Resource):
     the same attributes and schema URL.
     """
 
-    def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
-        super().__init__(attributes, schema_url)
-        self._lens_hash = super().__hash__()
+    #: The hash, once something asked for it (setup itself does not).
+    _lens_hash: int | None = None
 
     def __hash__(self) -> int:
-        return self._lens_hash
+        found = self._lens_hash
+        if found is None:  # two threads asking at once both compute the same value
+            found = self._lens_hash = super().__hash__()
+        return found
 
 
 def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:

@@ -17,7 +17,6 @@ per process that names the kind and never the header's content.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import logging
 import os
@@ -35,6 +34,8 @@ from nemo.lens._warn_once import WarnOnce
 from nemo.lens.errors import LensValueError
 
 if TYPE_CHECKING:
+    import importlib.metadata
+
     from opentelemetry.propagators.textmap import TextMapPropagator
 
 __all__ = ["extract_context", "inject_context"]
@@ -207,7 +208,7 @@ def _environment_propagator() -> TextMapPropagator:
     for name in names:
         if name.lower() == "none":
             return CompositePropagator([])
-        found = importlib.metadata.entry_points(group="opentelemetry_propagator", name=name)
+        found = _entry_points(group="opentelemetry_propagator", name=name)
         for entry_point in found:
             propagators.append(entry_point.load()())
             break
@@ -217,6 +218,14 @@ def _environment_propagator() -> TextMapPropagator:
                 f"OTEL_PROPAGATORS names propagator {name!r}, which is not installed"
             )
     return CompositePropagator(propagators)
+
+
+def _entry_points(**selection: str) -> importlib.metadata.EntryPoints:
+    """`importlib.metadata.entry_points(**selection)`, imported only when `OTEL_PROPAGATORS`
+    names propagators: the module and what it loads cost a setup ~15 ms."""
+    import importlib.metadata
+
+    return importlib.metadata.entry_points(**selection)
 
 
 def _check_propagators(environ: Mapping[str, str] | None = None) -> None:
@@ -232,7 +241,7 @@ def _check_propagators(environ: Mapping[str, str] | None = None) -> None:
     names = _otel_env.configured_propagators(environ)
     if not names:
         return
-    group = importlib.metadata.entry_points(group="opentelemetry_propagator")
+    group = _entry_points(group="opentelemetry_propagator")
     installed = sorted({entry_point.name for entry_point in group})
     for name in names:
         if name.lower() == "none":

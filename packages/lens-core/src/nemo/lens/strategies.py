@@ -7,7 +7,6 @@ result is read as a bool. Consumers select one by name through
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import sys
 import threading
@@ -93,6 +92,8 @@ def _rank_in_sample(rank: int, sample_rate: float) -> bool:
     Deterministic (md5 of the rank), so every process reaches the same answer for a
     rank; the `sampled` strategy and the rank-aware span sampler both use it.
     """
+    import hashlib  # here: its OpenSSL binding costs every `import` of setup ~3 ms
+
     digest = hashlib.md5(str(rank).encode(), usedforsecurity=False).hexdigest()
     return int(digest, 16) % 10000 / 10000 < sample_rate
 

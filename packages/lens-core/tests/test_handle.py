@@ -257,6 +257,29 @@ def test_blocked_shutdown_is_abandoned_with_a_warning_on_a_daemon_thread(
                 thread.join(10)
 
 
+def test_the_only_pending_shutdown_runs_a_lane_on_the_exit_workers_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Shutting down the one setup pending at exit starts a thread per lane but one: the
+    exit worker's thread, idle until then, runs the first lane."""
+    exporter = InMemorySpanExporter()
+    handle = exporting_handle(exporter)
+    with handle.tracer.start_as_current_span("step"):
+        pass
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counting_start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    handle.shutdown()
+    assert started == ["nemo-lens-shutdown"]  # the traces lane; metrics ran on the worker
+    assert [span.name for span in exporter.get_finished_spans()] == ["step"]
+    assert shutdown_done(handle)
+
+
 def test_shutdown_never_raises_and_logs_a_failing_step(caplog: pytest.LogCaptureFixture) -> None:
     """A provider whose shutdown raises is logged, and shutdown returns normally."""
 

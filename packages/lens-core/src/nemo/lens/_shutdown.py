@@ -23,6 +23,7 @@ some Pythons (3.12) refuse to start threads once interpreter shutdown has begun.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import inspect
 import logging
 import math
@@ -31,6 +32,8 @@ import os
 import sys
 import threading
 import time
+import types
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -153,12 +156,21 @@ class LaneRuns:
     deadlock, and it is bounded by its own deadline and this run's.
     """
 
-    def __init__(self, action: str, lanes: Sequence[Lane], timeout_ms: int) -> None:
+    def __init__(
+        self,
+        action: str,
+        lanes: Sequence[Lane],
+        timeout_ms: int,
+        exit_key: object | None = None,
+    ) -> None:
         self.action = action
         self.budget = max(0, int(timeout_ms))
         self.deadline = time.monotonic() + self.budget / 1000
         self.runs = [_LaneRun(name, steps) for name, steps in lanes if steps]
         self.built = BuiltHere()
+        # The key this run shuts down at exit (see `shutdown_at_exit`), if any: when it is
+        # the last one pending, the exit worker's idle thread runs a lane (`_hand_over`).
+        self.exit_key = exit_key
 
     def finished(self) -> bool:
         """True once every lane finished (read without a lock)."""
@@ -175,6 +187,11 @@ class LaneRuns:
         for run in self.runs:
             if run.thread is not None or run.finished.is_set():
                 continue
+            if not inline and self.exit_key is not None:
+                taken = _hand_over(self.exit_key, run, self.action, self.deadline)
+                if taken is not None:
+                    run.thread = taken
+                    continue
             if not inline:
                 thread = threading.Thread(
                     target=run.run,
@@ -284,13 +301,34 @@ def final_export_steps(provider: object, label: str) -> list[Step]:
 
 def with_budget(method: Callable[..., object]) -> Callable[[int], object]:
     """Call `method(timeout_millis=budget)` where it accepts that argument, else `method()`."""
-    try:
-        accepts_timeout = "timeout_millis" in inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        accepts_timeout = False
-    if accepts_timeout:
+    if _accepts_timeout(method):
         return lambda remaining_ms: method(timeout_millis=remaining_ms)
     return lambda remaining_ms: method()
+
+
+# A bound method's function -> whether the method takes `timeout_millis`. Every setup
+# asks about the same few SDK methods; reading a signature costs ~25 us each time.
+_timeout_parameter: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()
+
+
+def _accepts_timeout(method: Callable[..., object]) -> bool:
+    # Only bound methods are remembered: their signature is their function's (less the
+    # first parameter, whatever the instance), and the function outlives the instance.
+    function = method.__func__ if isinstance(method, types.MethodType) else None
+    known = None
+    if function is not None:
+        with contextlib.suppress(TypeError):  # a function that takes no weak reference
+            known = _timeout_parameter.get(function)
+    if known is not None:
+        return known
+    try:
+        accepts = "timeout_millis" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    if function is not None:
+        with contextlib.suppress(TypeError):
+            _timeout_parameter[function] = accepts
+    return accepts
 
 
 # --- at interpreter exit ------------------------------------------------------------------
@@ -307,7 +345,8 @@ class _ExitWorker:
     """A daemon thread, started before exit, that runs the pending shutdowns at exit.
 
     It waits on an event and costs nothing until then; once nothing is pending it is
-    released (its thread returns) and the next registration starts a new one.
+    released (its thread returns, or first runs the lane of the last pending shutdown it
+    was handed: see `_hand_over`) and the next registration starts a new one.
     """
 
     built: BuiltHere = field(default_factory=BuiltHere)
@@ -315,6 +354,8 @@ class _ExitWorker:
     done: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     at_exit: bool = False
+    #: A lane handed over by `_hand_over`, run before the thread returns.
+    task: Callable[[], None] | None = None
 
     def start(self) -> None:
         thread = threading.Thread(target=self._wait, name="nemo-lens-exit", daemon=True)
@@ -333,6 +374,9 @@ class _ExitWorker:
     def _wait(self) -> None:
         self.requested.wait()
         try:
+            task = self.task
+            if task is not None:
+                task()
             if self.at_exit:
                 _run_pending(EXIT_TIMEOUT_MS)
         finally:
@@ -376,6 +420,36 @@ def _run_at_multiprocessing_exit() -> None:
         return  # not started by multiprocessing (which imports both first)
     _finalizer_pid = os.getpid()
     util.Finalize(None, _run_at_exit, exitpriority=_FINALIZER_PRIORITY)
+
+
+def _hand_over(key: object, run: _LaneRun, action: str, deadline: float) -> threading.Thread | None:
+    """Have the exit worker's idle thread run `run`, where `key` is the only shutdown
+    pending at exit in this process (so the worker is about to be released anyway);
+    return that thread, or None (then the caller starts a thread of its own).
+
+    It saves a setup and its shutdown one thread start. The worker is released at once:
+    a later registration starts a new one, and the exit hook, finding none, runs what is
+    still pending itself (after waiting for this run, which `wait_at_exit` registered).
+    Takes no lock, as the rest of a shutdown's start.
+    """
+    global _exit_worker
+    worker = _exit_worker
+    if (
+        worker is None
+        or worker.thread is None
+        or not worker.built.here()
+        or worker.requested.is_set()
+        or worker.at_exit
+    ):
+        return None
+    pending = _pending_here()
+    if len(pending) != 1 or pending[0][0] is not key:
+        return None
+    _exit_worker = None
+    worker.task = lambda: run.run(action, deadline)
+    worker.thread.name = f"nemo-lens-{action}"
+    worker.release()
+    return worker.thread
 
 
 def forget_at_exit(key: object) -> None:

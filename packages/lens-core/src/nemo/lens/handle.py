@@ -243,7 +243,9 @@ class TelemetryHandle:
         """
         running: _shutdown.LaneRuns | None = self._shutdown_claim.get("run")
         if running is None:
-            built = _shutdown.LaneRuns("shutdown", self._lanes(shut_down=True), budget)
+            built = _shutdown.LaneRuns(
+                "shutdown", self._lanes(shut_down=True), budget, exit_key=self
+            )
             running = self._shutdown_claim.setdefault("run", built)
         # Again by every caller: a handler may have cut its builder short before this.
         _shutdown.wait_at_exit(running)

@@ -238,7 +238,7 @@ def test_a_default_batch_at_the_default_limits_encodes_under_grpcs_4_mib() -> No
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from nemo.lens._sdk import _value_limits as _sdk_value_limits
-    from nemo.lens._sdk._logging import new_logging_handler
+    from nemo.lens._sdk._logging import LimitingLogExporter, new_logging_handler
 
     limits = _value_limits.value_limits({})
     spans = InMemorySpanExporter()
@@ -258,9 +258,7 @@ def test_a_default_batch_at_the_default_limits_encodes_under_grpcs_4_mib() -> No
     logger_provider = LoggerProvider()
     logger_provider.add_log_record_processor(
         SimpleLogRecordProcessor(
-            _sdk_value_limits.LimitingLogExporter(
-                exporter, limits, _sdk_value_limits.TruncationCount()
-            )
+            LimitingLogExporter(exporter, limits, _sdk_value_limits.TruncationCount())
         )
     )
     logger = logging.getLogger(f"{LOGGER_NAME}.arithmetic")

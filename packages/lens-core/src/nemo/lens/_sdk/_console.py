@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 
-from opentelemetry.sdk._logs import export as _logs_export
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
     MetricExportResult,
@@ -41,6 +40,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from nemo.lens import _otel_env
+from nemo.lens._sdk._logging import LogRecordExporter, LogRecordExportResult
 from nemo.lens._warn_once import WarnOnce
 
 if TYPE_CHECKING:
@@ -48,20 +48,6 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger(__name__)
 _write_warnings = WarnOnce(_logger, "console exporter")
-
-# The SDK renamed the log record exporter's base class and result (`LogExporter` and
-# `LogExportResult`, the only names in 1.23) to `LogRecordExporter` and
-# `LogRecordExportResult`, deprecating the old names. Chosen once, here, under the new
-# names: every log exporter lens defines (this module's, `_fork`'s wrapper) uses these.
-# Typed Any: which class it is depends on the installed release.
-#: This SDK's log record exporter base class.
-LogRecordExporter: Any = (
-    getattr(_logs_export, "LogRecordExporter", None) or _logs_export.LogExporter
-)
-#: This SDK's log record export result enum.
-LogRecordExportResult: Any = (
-    getattr(_logs_export, "LogRecordExportResult", None) or _logs_export.LogExportResult
-)
 
 #: The OTLP/JSON fields that hold ids: hex strings there, where protobuf JSON has base64.
 ID_FIELDS: Final = frozenset({"traceId", "spanId", "parentSpanId"})

@@ -17,13 +17,6 @@ from typing import IO, TYPE_CHECKING, Any
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
 from nemo.lens import _otel_env
-from nemo.lens._sdk import _console
-from nemo.lens._sdk._console import (
-    JsonLinesFile,
-    console_log_exporter,
-    console_metric_exporter,
-    console_span_exporter,
-)
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.errors import LensValueError
 
@@ -32,6 +25,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from nemo.lens._export_plan import ExportPlan, SignalPlan
+    from nemo.lens._sdk._console import JsonLinesFile
 
 _logger = logging.getLogger(__name__)
 # A setting both signals' exporters read (OTEL_EXPORTER_OTLP_INSECURE) is reported once.
@@ -46,6 +40,10 @@ def console_stream(
     Raises:
         ValueError: The file cannot be opened; the message names the field (`label`).
     """
+    # Imported here: the console exporters load the SDK's logs modules (~7 ms), which a
+    # setup exporting elsewhere does not need.
+    from nemo.lens._sdk import _console
+
     try:
         return _console.console_output(console_path or None)
     except OSError as exc:
@@ -66,6 +64,8 @@ def build_span_exporter(plan: SignalPlan) -> SpanExporter | None:
     if plan.exporter == "prometheus":
         return None
     if plan.exporter == "console":
+        from nemo.lens._sdk._console import console_span_exporter
+
         return console_span_exporter(console_stream(plan.console_path, plan.console_label))
     exporter: SpanExporter = _otlp_exporter(plan)
     return exporter
@@ -78,6 +78,8 @@ def build_log_exporter(plan: SignalPlan) -> Any:
         ImportError: No OTLP log exporter is installed.
     """
     if plan.exporter == "console":
+        from nemo.lens._sdk._console import console_log_exporter
+
         return console_log_exporter(console_stream(plan.console_path, plan.console_label))
     return _otlp_exporter(plan)
 
@@ -92,6 +94,8 @@ def build_metric_reader(plan: SignalPlan, on_shutdown: list[Callable[[], None]])
     if plan.prometheus_address is not None:
         return _prometheus_reader(plan.prometheus_address, on_shutdown)
     if plan.exporter == "console":
+        from nemo.lens._sdk._console import console_metric_exporter
+
         metric_exporter: Any = console_metric_exporter(
             console_stream(plan.console_path, plan.console_label)
         )

@@ -32,7 +32,6 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from nemo.lens import _fork_hooks, _otel_internals
 from nemo.lens._process import BuiltHere
-from nemo.lens._sdk._console import LogRecordExporter, LogRecordExportResult
 from nemo.lens._warn_once import WarnOnce
 
 if TYPE_CHECKING:
@@ -95,9 +94,11 @@ def gate_metric_reader(
     return True
 
 
-class _ProcessBound:
+class ProcessBound:
     """Forwards to `exporter` in the process that built it (`built`); drops batches in a
-    forked child, which must not send its parent's spans or logs a second time."""
+    forked child, which must not send its parent's spans or logs a second time. The span
+    exporter is below; the log one is `_logging.ProcessBoundLogExporter` (only a logs
+    pipeline loads the SDK's logs modules)."""
 
     #: The SDK's success value for this exporter's signal.
     _SUCCESS: Any
@@ -124,17 +125,10 @@ class _ProcessBound:
         return True if flush is None else bool(flush(timeout_millis))
 
 
-class ProcessBoundSpanExporter(_ProcessBound, SpanExporter):
+class ProcessBoundSpanExporter(ProcessBound, SpanExporter):
     """A span exporter that exports only in the process that built it."""
 
     _SUCCESS = SpanExportResult.SUCCESS
-
-
-class ProcessBoundLogExporter(_ProcessBound, LogRecordExporter):  # type: ignore[misc]  # base chosen by release
-    """A log record exporter that exports only in the process that built it (its base
-    class and results are this SDK's, `_console.LogRecordExporter`)."""
-
-    _SUCCESS = LogRecordExportResult.SUCCESS
 
 
 def _take_gate_before_fork() -> None:

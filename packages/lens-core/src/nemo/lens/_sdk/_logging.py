@@ -1,20 +1,52 @@
-"""The SDK side of the logging bridge: the global SDK logger provider, its handler, and the
-gated batch log record processor the logs pipeline exports through."""
+"""The SDK side of the logs signal: the logging bridge's handler and the global SDK logger
+provider, and the logs pipeline (its logger provider, the gated batch log record processor
+it exports through, and the log record exporters stacked before its exporter).
+
+Only a setup that exports logs, the logging bridge and the console exporters import this
+module: the SDK's logs modules it loads cost a setup ~7 ms, and the other signals' parts of
+the concepts below live in their own modules (`_fork`, `_redacting`, `_value_limits`).
+"""
 
 from __future__ import annotations
 
 import logging
 import warnings
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry._logs import get_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor
+from opentelemetry.sdk._logs import export as _logs_export
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 
 from nemo.lens import _otel_env
-from nemo.lens._sdk._console import LogRecordExporter
-from nemo.lens._sdk._span_queue import QueueCounting, QueueGate, QueueGated
+from nemo.lens._process import BuiltHere
+from nemo.lens._sdk import _fork, _redacting
+from nemo.lens._sdk._span_queue import LOG_QUEUE, QueueCounting, QueueGate, QueueGated
+from nemo.lens._sdk._value_limits import TruncationCount, limit_log_record
+from nemo.lens._value_limits import ValueLimits
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+
+    from nemo.lens._export_plan import SignalPlan
+
+_logger = logging.getLogger(__name__)
+
+# The SDK renamed the log record exporter's base class and result (`LogExporter` and
+# `LogExportResult`, the only names in 1.23) to `LogRecordExporter` and
+# `LogRecordExportResult`, deprecating the old names. Chosen once, here, under the new
+# names: every log exporter lens defines (this module's, the console one) uses these.
+# Typed Any: which class it is depends on the installed release.
+#: This SDK's log record exporter base class.
+LogRecordExporter: Any = (
+    getattr(_logs_export, "LogRecordExporter", None) or _logs_export.LogExporter
+)
+#: This SDK's log record export result enum.
+LogRecordExportResult: Any = (
+    getattr(_logs_export, "LogRecordExportResult", None) or _logs_export.LogExportResult
+)
 
 #: Loggers whose records never enter the logs pipeline: the exporters' and the SDK's own
 #: (a failed export logs there, and bridging that record would export, fail and log again)
@@ -130,3 +162,90 @@ def build_gated_log_processor(
         export_timeout_millis=settings.export_timeout_ms,
     )
     return QueueGatedLogProcessor(batch, gate)
+
+
+# --- the logs pipeline ------------------------------------------------------------------------
+
+
+class ProcessBoundLogExporter(_fork.ProcessBound, LogRecordExporter):  # type: ignore[misc]  # base chosen by release
+    """A log record exporter that exports only in the process that built it."""
+
+    _SUCCESS = LogRecordExportResult.SUCCESS
+
+
+class RedactingLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chosen by release
+    """Forwards each batch to `exporter` with every record's secret attributes redacted
+    (`_redacting.redacted_log_batch`)."""
+
+    def __init__(self, exporter: Any) -> None:
+        self._exporter = exporter
+
+    def export(self, batch: Sequence[Any]) -> Any:
+        return self._exporter.export(_redacting.redacted_log_batch(batch))
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's log base
+        return True if flush is None else bool(flush(timeout_millis))
+
+
+class LimitingLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chosen by release
+    """Cuts each record's body and attribute values to `limits`, counts the cuts in
+    `count`, and forwards to `exporter` (records of SDK 1.23's `LogData` and of the newer
+    `ReadableLogRecord` alike: both hold the record in `log_record`)."""
+
+    def __init__(self, exporter: Any, limits: ValueLimits, count: TruncationCount) -> None:
+        super().__init__()
+        self._exporter = exporter
+        self._limits = limits
+        self._count = count
+
+    def export(self, batch: Sequence[Any]) -> Any:
+        cuts = 0
+        for item in batch:
+            try:
+                cuts += limit_log_record(item.log_record, self._limits)
+            except Exception as exc:  # a record that cannot be cut is still exported
+                _logger.debug("cutting a log record failed: %s: %s", type(exc).__name__, exc)
+        self._count.add(cuts)
+        return self._exporter.export(batch)
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's log base
+        return True if flush is None else bool(flush(timeout_millis))
+
+
+def build_logger_provider(
+    plan: SignalPlan,
+    exporter: Any,
+    resource: Resource,
+    built: BuiltHere,
+    meter_provider: MeterProvider | None,
+    instrumentation_scope: str,
+    truncations: TruncationCount | None = None,
+) -> tuple[Any, QueueGate | None]:
+    """An SDK `LoggerProvider` exporting through a batch processor to `exporter` (the one
+    `plan` names), and the gate in front of that processor.
+
+    The batch processor is sized by the plan's `OTEL_BLRP_*` settings; its exporter
+    exports only in the process `built` names, like the span exporter. Records the gate
+    refuses (the queue is full) are counted in `nemo.lens.log_records.dropped` on
+    `meter_provider`, when there is one. Bodies and attribute values are cut to the plan's
+    value limits after redaction (which sees them whole), each cut counted in `truncations`.
+    """
+    if plan.value_limits is not None:
+        truncations = truncations or TruncationCount()
+        truncations.use(plan.value_limits, meter_provider, instrumentation_scope)
+        exporter = LimitingLogExporter(exporter, plan.value_limits, truncations)
+    provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+    settings = plan.batch if plan.batch is not None else _otel_env.batch_log_settings()
+    gate = QueueGate(settings.max_queue_size, built, LOG_QUEUE)
+    gate.count_drops_on(meter_provider, instrumentation_scope)
+    bound = ProcessBoundLogExporter(RedactingLogExporter(exporter), built)
+    provider.add_log_record_processor(build_gated_log_processor(bound, settings, gate))
+    return provider, gate

@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -41,20 +40,12 @@ from nemo.lens import (
     resources,
 )
 from nemo.lens._process import BuiltHere
-from nemo.lens._sdk import (
-    _children_metrics,
-    _coalescing,
-    _exporters,
-    _fork,
-    _logging,
-    _redacting,
-)
+from nemo.lens._sdk import _children_metrics, _coalescing, _exporters, _fork, _redacting
 from nemo.lens._sdk._ids import build_id_generator
 from nemo.lens._sdk._open_spans import OpenSpanTracker, build_open_span_closer
 from nemo.lens._sdk._sampling import build_sampler
-from nemo.lens._sdk._span_queue import LOG_QUEUE, QueueGate, add_gated_batch_processor
+from nemo.lens._sdk._span_queue import QueueGate, add_gated_batch_processor
 from nemo.lens._sdk._value_limits import (
-    LimitingLogExporter,
     TruncationCount,
     TruncationCountingSpanExporter,
     bound_truncation_records,
@@ -326,8 +317,12 @@ def build_pipeline(
                 )
         logs_plan = plan.get("logs")
         if logs_plan is not None:
-            pipeline.logger_provider, pipeline.log_gate = build_logger_provider(
+            # Only a logs pipeline loads the SDK's logs modules (~7 ms).
+            from nemo.lens._sdk import _logging
+
+            pipeline.logger_provider, pipeline.log_gate = _logging.build_logger_provider(
                 logs_plan,
+                _exporters.build_log_exporter(logs_plan),
                 resource,
                 pipeline.built,
                 pipeline.meter_provider,
@@ -369,37 +364,6 @@ def _with_value_limits_noted(plan: ExportPlan, pipeline: Pipeline) -> Pipeline:
     if pipeline.tracer_provider is not None and limits is not None:
         _value_limits.note_in_force(pipeline.tracer_provider, limits)
     return pipeline
-
-
-def build_logger_provider(
-    plan: SignalPlan,
-    resource: Resource,
-    built: BuiltHere,
-    meter_provider: MeterProvider | None,
-    instrumentation_scope: str,
-    truncations: TruncationCount | None = None,
-) -> tuple[Any, QueueGate | None]:
-    """An SDK `LoggerProvider` exporting through a batch processor to `plan`'s exporter,
-    and the gate in front of that processor.
-
-    The batch processor is sized by the plan's `OTEL_BLRP_*` settings; its exporter
-    exports only in the process `built` names, like the span exporter. Records the gate
-    refuses (the queue is full) are counted in `nemo.lens.log_records.dropped` on
-    `meter_provider`, when there is one. Bodies and attribute values are cut to the plan's
-    value limits after redaction (which sees them whole), each cut counted in `truncations`.
-    """
-    exporter = _exporters.build_log_exporter(plan)
-    if plan.value_limits is not None:
-        truncations = truncations or TruncationCount()
-        truncations.use(plan.value_limits, meter_provider, instrumentation_scope)
-        exporter = LimitingLogExporter(exporter, plan.value_limits, truncations)
-    provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
-    settings = plan.batch if plan.batch is not None else _otel_env.batch_log_settings()
-    gate = QueueGate(settings.max_queue_size, built, LOG_QUEUE)
-    gate.count_drops_on(meter_provider, instrumentation_scope)
-    bound = _fork.ProcessBoundLogExporter(_redacting.RedactingLogExporter(exporter), built)
-    provider.add_log_record_processor(_logging.build_gated_log_processor(bound, settings, gate))
-    return provider, gate
 
 
 def _span_limits(plan: SignalPlan) -> Any:

@@ -8,8 +8,9 @@ bridge (a record's `extra`), a meter's caller.
 - Spans (`RedactingSpanExporter`): span, event and link attributes; the exception texts
   (`exception.message`, `exception.stacktrace`) and an ERROR status description pass
   `redact_text`, which hides the value of each `key=value` pair whose key is secret.
-- Logs (`RedactingLogExporter`): log record attributes, the mappings and lists among
-  their values included (`extra={"cfg": {"api_key": ...}}`), exception texts as for spans.
+- Logs (`redacted_log_batch`, run by `_logging.RedactingLogExporter`): log record
+  attributes, the mappings and lists among their values included
+  (`extra={"cfg": {"api_key": ...}}`), exception texts as for spans.
 - Metrics (`redact_collections`): point attributes, in what every collection returns, so
   push readers, Prometheus's pull reader and injected readers all see the same; two
   series that differ only in a secret value become one series, their points merged.
@@ -43,7 +44,6 @@ from opentelemetry.trace import Link, Status, StatusCode
 
 from nemo.lens import _otel_internals
 from nemo.lens._redaction import redact_text, redacted_mapping
-from nemo.lens._sdk._console import LogRecordExporter
 from nemo.lens._warn_once import WarnOnce
 
 _logger = logging.getLogger(__name__)
@@ -201,39 +201,26 @@ class RedactingSpanExporter(SpanExporter):
 # --- logs -------------------------------------------------------------------------------------
 
 
-class RedactingLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chosen by release
-    """Forwards each batch to `exporter` with every record's secret attributes redacted.
+def redacted_log_batch(batch: Sequence[Any]) -> list[Any]:
+    """`batch` with every record's secret attributes redacted (`RedactingLogExporter`'s
+    export, in `_logging`).
 
     A record's attributes are replaced in place: the batch processor hands each record to
-    this one exporter, after every processor has seen it. A record that cannot be
+    that one exporter, after every processor has seen it. A record that cannot be
     redacted is dropped (with one warning).
     """
-
-    def __init__(self, exporter: Any) -> None:
-        self._exporter = exporter
-
-    def export(self, batch: Sequence[Any]) -> Any:
-        handed: list[Any] = []
-        for item in batch:
-            try:
-                record = item.log_record
-                attributes = redacted_attributes(record.attributes, nested=True)
-                if attributes is not None:
-                    dropped = _dropped(record.attributes)
-                    record.attributes = _bounded(attributes, dropped, always=True)
-                handed.append(item)
-            except Exception as exc:
-                _warnings.failure(
-                    "redacting a log record before export", exc, "the record was dropped"
-                )
-        return self._exporter.export(handed)
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's log base
-        return True if flush is None else bool(flush(timeout_millis))
+    handed: list[Any] = []
+    for item in batch:
+        try:
+            record = item.log_record
+            attributes = redacted_attributes(record.attributes, nested=True)
+            if attributes is not None:
+                dropped = _dropped(record.attributes)
+                record.attributes = _bounded(attributes, dropped, always=True)
+            handed.append(item)
+        except Exception as exc:
+            _warnings.failure("redacting a log record before export", exc, "the record was dropped")
+    return handed
 
 
 # --- metrics ----------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ attribute a step would log one a step. So a pipeline with limits installs
 `TRUNCATION_RECORDS` on that logger (once per process, `nemo.lens._log_filters`), which
 drops those records and passes the logger's others; the cuts are still counted, below.
 Log bodies are cut by no SDK release, and log record attributes by none before 1.3x, so
-lens cuts both on the way to the exporter (`LimitingLogExporter`, in the export thread:
-nothing on the logging call).
+lens cuts both on the way to the exporter (`limit_log_record`, which
+`_logging.LimitingLogExporter` runs in the export thread: nothing on the logging call).
 
 Each cut value adds 1 to the `nemo.lens.values.truncated` counter and to one warning at
 shutdown (`TruncationCount.report`), as `nemo.lens.spans.dropped` counts refused spans.
@@ -28,7 +28,6 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from nemo.lens import _log_filters, _otel_internals
-from nemo.lens._sdk._console import LogRecordExporter
 from nemo.lens._value_limits import ValueLimits
 from nemo.lens.version import __version__
 
@@ -233,32 +232,3 @@ def limit_log_record(log_record: Any, limits: ValueLimits) -> int:
         except TypeError:  # immutable attributes (a release that freezes them): replace them
             log_record.attributes = {**attributes, **changed}
     return count
-
-
-class LimitingLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chosen by release
-    """Cuts each record's body and attribute values to `limits`, counts the cuts in
-    `count`, and forwards to `exporter` (records of SDK 1.23's `LogData` and of the newer
-    `ReadableLogRecord` alike: both hold the record in `log_record`)."""
-
-    def __init__(self, exporter: Any, limits: ValueLimits, count: TruncationCount) -> None:
-        super().__init__()
-        self._exporter = exporter
-        self._limits = limits
-        self._count = count
-
-    def export(self, batch: Sequence[Any]) -> Any:
-        cuts = 0
-        for item in batch:
-            try:
-                cuts += limit_log_record(item.log_record, self._limits)
-            except Exception as exc:  # a record that cannot be cut is still exported
-                _logger.debug("cutting a log record failed: %s: %s", type(exc).__name__, exc)
-        self._count.add(cuts)
-        return self._exporter.export(batch)
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's log base
-        return True if flush is None else bool(flush(timeout_millis))

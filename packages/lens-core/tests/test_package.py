@@ -146,6 +146,26 @@ def test_bare_import_loads_no_sdk_integration_or_runtime() -> None:
     assert "nemo.lens" in loaded
 
 
+def test_a_setup_without_logs_loads_only_the_modules_it_uses() -> None:
+    """A setup exporting traces and metrics to injected exporters, and its shutdown, load
+    neither the logs signal's modules (the SDK's, the API's, lens's) nor the console
+    exporter, nor `importlib.metadata` (for OTEL_PROPAGATORS) or `hashlib` (rank hash)."""
+    script = (
+        "import json, sys\n"
+        "from opentelemetry.sdk.metrics.export import InMemoryMetricReader\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import (\n"
+        "    InMemorySpanExporter)\n"
+        "from nemo.lens import NemoLensConfig, setup_telemetry\n"
+        "handle = setup_telemetry(NemoLensConfig(enabled=True),\n"
+        "    metric_reader=InMemoryMetricReader(), span_exporter=InMemorySpanExporter())\n"
+        "handle.shutdown()\n"
+        "print(json.dumps(sorted(m for m in sys.modules if '_logs' in m\n"
+        "    or m.startswith(('nemo.lens._sdk._logging', 'nemo.lens._sdk._console',\n"
+        "        'importlib.metadata', 'hashlib')))))\n"
+    )
+    assert json.loads(python_stdout("-c", script)) == []
+
+
 @pytest.mark.parametrize(
     ("module", "third_party"),
     [

@@ -33,8 +33,8 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
 
 from nemo.lens import _fork_hooks, _shared_region
 from nemo.lens._process import BuiltHere
@@ -64,26 +64,28 @@ class SeriesTotal:
     values: tuple[Any, ...]
 
 
-@dataclass
+# The three records below are not dataclasses: building one costs every process that
+# imports setup ~1 ms, and nothing compares or prints them.
 class _Child:
-    reader: _shared_region.RegionReader
-    #: The span records it dropped that the parent has counted.
-    spans_dropped_seen: int = 0
-    #: When the fork made it (monotonic seconds).
-    created: float = field(default_factory=time.monotonic)
-    #: Each series it published, with its snapshot at the last read (an ended child's
-    #: final one).
-    last: dict[SeriesId, Snapshot] = field(default_factory=dict)
+    __slots__ = ("created", "last", "reader", "spans_dropped_seen")
+
+    def __init__(self, reader: _shared_region.RegionReader) -> None:
+        self.reader = reader
+        #: The span records it dropped that the parent has counted.
+        self.spans_dropped_seen = 0
+        #: When the fork made it (monotonic seconds).
+        self.created = time.monotonic()
+        #: Each series it published, with its snapshot at the last read (an ended child's
+        #: final one).
+        self.last: dict[SeriesId, Snapshot] = {}
 
 
-@dataclass(frozen=True)
-class _Pipeline:
+class _Pipeline(NamedTuple):
     consumer: weakref.ReferenceType[Any]
     built: BuiltHere
 
 
-@dataclass(frozen=True)
-class _SpanSink:
+class _SpanSink(NamedTuple):
     #: Takes the payloads of the span records children wrote for this pipeline, and how
     #: many records children dropped because their ring was full.
     deliver: Callable[[list[bytes], int], None]

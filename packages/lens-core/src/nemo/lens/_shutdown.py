@@ -35,7 +35,6 @@ import time
 import types
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Final
 
 from nemo.lens._process import BuiltHere
@@ -117,19 +116,23 @@ def _unusable(action: str, timeout_ms: object, default_ms: int) -> int:
     return default_ms
 
 
-@dataclass
+# _LaneRun and _ExitWorker are plain classes, not dataclasses: building a dataclass costs
+# every process importing setup ~1 ms, and nothing compares or prints these.
 class _LaneRun:
     """One lane's progress, as the waiting caller sees it."""
 
-    name: str
-    steps: Sequence[Step]
-    current: str | None = None
-    ok: bool = True
-    finished: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-    # Taken (without blocking) by whichever thread runs the steps: a lane started twice
-    # (by a signal handler that interrupted the start; see `LaneRuns.start`) runs once.
-    claim: threading.Lock = field(default_factory=threading.Lock)
+    __slots__ = ("claim", "current", "finished", "name", "ok", "steps", "thread")
+
+    def __init__(self, name: str, steps: Sequence[Step]) -> None:
+        self.name = name
+        self.steps = steps
+        self.current: str | None = None
+        self.ok = True
+        self.finished = threading.Event()
+        self.thread: threading.Thread | None = None
+        # Taken (without blocking) by whichever thread runs the steps: a lane started twice
+        # (by a signal handler that interrupted the start; see `LaneRuns.start`) runs once.
+        self.claim = threading.Lock()
 
     def run(self, action: str, deadline: float) -> None:
         if not self.claim.acquire(blocking=False):
@@ -340,7 +343,6 @@ _hook_registered = False
 _running: list[LaneRuns] = []
 
 
-@dataclass
 class _ExitWorker:
     """A daemon thread, started before exit, that runs the pending shutdowns at exit.
 
@@ -349,13 +351,16 @@ class _ExitWorker:
     was handed: see `_hand_over`) and the next registration starts a new one.
     """
 
-    built: BuiltHere = field(default_factory=BuiltHere)
-    requested: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-    at_exit: bool = False
-    #: A lane handed over by `_hand_over`, run before the thread returns.
-    task: Callable[[], None] | None = None
+    __slots__ = ("at_exit", "built", "done", "requested", "task", "thread")
+
+    def __init__(self) -> None:
+        self.built = BuiltHere()
+        self.requested = threading.Event()
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.at_exit = False
+        #: A lane handed over by `_hand_over`, run before the thread returns.
+        self.task: Callable[[], None] | None = None
 
     def start(self) -> None:
         thread = threading.Thread(target=self._wait, name="nemo-lens-exit", daemon=True)

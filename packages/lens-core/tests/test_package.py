@@ -9,7 +9,7 @@ import pathlib
 import pkgutil
 
 import pytest
-from lens_children import python_stdout
+from lens_children import child_env, python_stdout
 
 import nemo
 import nemo.lens
@@ -149,20 +149,23 @@ def test_bare_import_loads_no_sdk_integration_or_runtime() -> None:
 def test_a_setup_without_logs_loads_only_the_modules_it_uses() -> None:
     """A setup exporting traces and metrics to injected exporters, and its shutdown, load
     neither the logs signal's modules (the SDK's, the API's, lens's) nor the console
-    exporter, nor `importlib.metadata` (for OTEL_PROPAGATORS) or `hashlib` (rank hash)."""
+    exporter, nor `importlib.metadata` (for OTEL_PROPAGATORS), `hashlib` (the rank hash)
+    or, with OTEL_PROPAGATORS unset, `opentelemetry.propagate` (the API's default)."""
     script = (
         "import json, sys\n"
         "from opentelemetry.sdk.metrics.export import InMemoryMetricReader\n"
         "from opentelemetry.sdk.trace.export.in_memory_span_exporter import (\n"
         "    InMemorySpanExporter)\n"
         "from nemo.lens import NemoLensConfig, setup_telemetry\n"
+        "before = set(sys.modules)\n"
         "handle = setup_telemetry(NemoLensConfig(enabled=True),\n"
         "    metric_reader=InMemoryMetricReader(), span_exporter=InMemorySpanExporter())\n"
         "handle.shutdown()\n"
-        "print(json.dumps(sorted(m for m in sys.modules if '_logs' in m\n"
+        "print(json.dumps(sorted(m for m in set(sys.modules) - before if '_logs' in m\n"
         "    or m.startswith(('nemo.lens._sdk._logging', 'nemo.lens._sdk._console',\n"
-        "        'importlib.metadata', 'hashlib')))))\n"
+        "        'importlib.metadata', 'hashlib', 'opentelemetry.propagate')))))\n"
     )
+    assert "OTEL_PROPAGATORS" not in child_env()
     assert json.loads(python_stdout("-c", script)) == []
 
 

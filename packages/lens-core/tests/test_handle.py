@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from nemo.lens import NemoLensConfig, TelemetryHandle, setup_telemetry
+from nemo.lens import NemoLensConfig, TelemetryHandle, _shutdown, setup_telemetry
 from nemo.lens.testing import in_memory_spans, isolated_telemetry
 from nemo.lens.version import __version__
 
@@ -262,6 +262,9 @@ def test_the_only_pending_shutdown_runs_a_lane_on_the_exit_workers_thread(
 ) -> None:
     """Shutting down the one setup pending at exit starts a thread per lane but one: the
     exit worker's thread, idle until then, runs the first lane."""
+    # Setups other tests left pending at exit (never shut down) would keep the worker.
+    monkeypatch.setattr(_shutdown, "_at_exit", {})
+    monkeypatch.setattr(_shutdown, "_exit_worker", None)
     exporter = InMemorySpanExporter()
     handle = exporting_handle(exporter)
     with handle.tracer.start_as_current_span("step"):

@@ -448,11 +448,12 @@ def test_ids_are_unique_across_identically_seeded_ranks() -> None:
 def test_missing_sdk_raises_import_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the SDK an exporting setup raises ImportError naming lens-core[sdk].
 
-    The SDK is hidden, and the pipeline module forgotten so setup imports it again, as a
-    process without the SDK would (tests/test_api_only.py checks a real API-only install).
+    The SDK is hidden, and the pipeline module forgotten (if an earlier test loaded it) so
+    setup imports it again, as a process without the SDK would (tests/test_api_only.py
+    checks a real API-only install).
     """
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)
-    monkeypatch.delitem(sys.modules, "nemo.lens._sdk._pipeline")
+    monkeypatch.delitem(sys.modules, "nemo.lens._sdk._pipeline", raising=False)
     with pytest.raises(ImportError, match=r"lens-core\[sdk\]"):
         setup_telemetry(enabled())
     assert nemo.lens.handle._INITIALIZED is False

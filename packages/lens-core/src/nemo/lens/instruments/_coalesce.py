@@ -577,7 +577,8 @@ class PendingInstrument:
         """
         if not self.buffer.keep_call(self._as_kept, {"": value}, attributes):
             return
-        # A set no series key can hold: the SDK decides, at once.
+        # A set no series key can hold, or a negative value for a counter (whose held room
+        # counts on none): the SDK decides, at once.
         if type(value) is int and not self.last_wins:
             if self.passed_int64:
                 value = float(value)

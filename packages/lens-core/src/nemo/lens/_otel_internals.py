@@ -124,12 +124,15 @@ def span_containers(span: Any, sdk_span_type: type) -> tuple[Any, Any, Any]:
     properties' values.
     """
     if type(span) is sdk_span_type:
-        held: Any = span  # (the class check narrows the type to `object`)
         try:
-            return held._attributes, held._events, held._links
+            held: tuple[Any, Any, Any] = _held_span_containers(span)
+            return held
         except AttributeError:
             pass
     return span.attributes, span.events, span.links
+
+
+_held_span_containers: Final = operator.attrgetter(*SPAN_CONTAINERS)
 
 
 def meter_consumer(meter: object) -> Any:

@@ -22,6 +22,7 @@ from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from nemo.lens import _otel_env
 from nemo.lens._process import BuiltHere
 from nemo.lens._sdk import _fork, _redacting
+from nemo.lens._sdk._forwarding import Forwarding
 from nemo.lens._sdk._span_queue import LOG_QUEUE, QueueCounting, QueueGate, QueueGated
 from nemo.lens._sdk._value_limits import TruncationCount, limit_log_record
 from nemo.lens._value_limits import ValueLimits
@@ -173,32 +174,21 @@ class ProcessBoundLogExporter(_fork.ProcessBound, LogRecordExporter):  # type: i
     _SUCCESS = LogRecordExportResult.SUCCESS
 
 
-class RedactingLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chosen by release
+class RedactingLogExporter(Forwarding, LogRecordExporter):  # type: ignore[misc]  # base chosen by release
     """Forwards each batch to `exporter` with every record's secret attributes redacted
     (`_redacting.redacted_log_batch`)."""
-
-    def __init__(self, exporter: Any) -> None:
-        self._exporter = exporter
 
     def export(self, batch: Sequence[Any]) -> Any:
         return self._exporter.export(_redacting.redacted_log_batch(batch))
 
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's log base
-        return True if flush is None else bool(flush(timeout_millis))
-
-
-class LimitingLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chosen by release
+class LimitingLogExporter(Forwarding, LogRecordExporter):  # type: ignore[misc]  # base chosen by release
     """Cuts each record's body and attribute values to `limits`, counts the cuts in
     `count`, and forwards to `exporter` (records of SDK 1.23's `LogData` and of the newer
     `ReadableLogRecord` alike: both hold the record in `log_record`)."""
 
     def __init__(self, exporter: Any, limits: ValueLimits, count: TruncationCount) -> None:
-        super().__init__()
-        self._exporter = exporter
+        super().__init__(exporter)
         self._limits = limits
         self._count = count
 
@@ -211,13 +201,6 @@ class LimitingLogExporter(LogRecordExporter):  # type: ignore[misc]  # base chos
                 _logger.debug("cutting a log record failed: %s: %s", type(exc).__name__, exc)
         self._count.add(cuts)
         return self._exporter.export(batch)
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's log base
-        return True if flush is None else bool(flush(timeout_millis))
 
 
 def build_logger_provider(

@@ -44,6 +44,7 @@ from opentelemetry.trace import Link, Status, StatusCode
 
 from nemo.lens import _otel_internals
 from nemo.lens._redaction import redact_text, redacted_mapping
+from nemo.lens._sdk._forwarding import Forwarding
 from nemo.lens._warn_once import WarnOnce
 
 _logger = logging.getLogger(__name__)
@@ -173,14 +174,11 @@ def redacted_span(span: ReadableSpan) -> ReadableSpan:
     )
 
 
-class RedactingSpanExporter(SpanExporter):
+class RedactingSpanExporter(Forwarding, SpanExporter):
     """Forwards each batch to `exporter` with every span's secrets redacted.
 
     A span that cannot be redacted is dropped (with one warning), never sent as it was.
     """
-
-    def __init__(self, exporter: SpanExporter) -> None:
-        self._exporter = exporter
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         handed: list[ReadableSpan] = []
@@ -189,13 +187,8 @@ class RedactingSpanExporter(SpanExporter):
                 handed.append(redacted_span(span))
             except Exception as exc:
                 _warnings.failure("redacting a span before export", exc, "the span was dropped")
-        return self._exporter.export(handed)
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return bool(self._exporter.force_flush(timeout_millis))
+        result: SpanExportResult = self._exporter.export(handed)
+        return result
 
 
 # --- logs -------------------------------------------------------------------------------------

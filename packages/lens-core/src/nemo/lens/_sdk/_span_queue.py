@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from nemo.lens import _fork_hooks, _forked_children, _otel_env
 from nemo.lens._process import BuiltHere
 from nemo.lens._sdk import _children_spans
+from nemo.lens._sdk._forwarding import Forwarding
 from nemo.lens._shared_region import SPAN_RING_BYTES
 from nemo.lens._warn_once import WarnOnce
 from nemo.lens.version import __version__
@@ -259,25 +260,17 @@ def add_gated_batch_processor(
     return gate
 
 
-class QueueCounting:
+class QueueCounting(Forwarding):
     """Forwards to `exporter`; tells `gate` how many items left the batch queue. The
     exporter base of the signal comes second (`QueueCountingExporter`, and the log one)."""
 
     def __init__(self, exporter: Any, gate: QueueGate) -> None:
-        super().__init__()
-        self._exporter = exporter
+        super().__init__(exporter)
         self._gate = gate
 
     def export(self, batch: Sequence[Any]) -> Any:
         self._gate.handed(len(batch))
         return self._exporter.export(batch)
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        flush = getattr(self._exporter, "force_flush", None)  # absent from SDK 1.23's log base
-        return True if flush is None else bool(flush(timeout_millis))
 
 
 class QueueCountingExporter(QueueCounting, SpanExporter):

@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from nemo.lens import _log_filters, _otel_internals
+from nemo.lens._sdk._forwarding import Forwarding
 from nemo.lens._value_limits import ValueLimits
 from nemo.lens.version import __version__
 
@@ -169,11 +170,11 @@ def span_values_at_limit(span: ReadableSpan, limits: ValueLimits) -> int:
     return count
 
 
-class TruncationCountingSpanExporter(SpanExporter):
+class TruncationCountingSpanExporter(Forwarding, SpanExporter):
     """Forwards to `exporter`; counts the span values the SDK's limits cut in `count`."""
 
     def __init__(self, exporter: SpanExporter, limits: ValueLimits, count: TruncationCount) -> None:
-        self._exporter = exporter
+        super().__init__(exporter)
         self._limits = limits
         self._count = count
 
@@ -182,13 +183,8 @@ class TruncationCountingSpanExporter(SpanExporter):
             self._count.add(sum(span_values_at_limit(span, self._limits) for span in spans))
         except Exception as exc:  # counting never costs the export
             _logger.debug("counting cut span values failed: %s: %s", type(exc).__name__, exc)
-        return self._exporter.export(spans)
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._exporter.force_flush(timeout_millis)
+        result: SpanExportResult = self._exporter.export(spans)
+        return result
 
 
 def cut(value: Any, limit: int | None, depth: int = 0) -> tuple[Any, int]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import sys
+import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from lens_children import python_stdout
@@ -96,6 +99,29 @@ def test_reset_otel_globals_shuts_down_and_forgets_the_providers() -> None:
     fields = propagate.get_global_textmap().fields
     assert {"traceparent", "baggage"} <= set(fields)
     first_metrics.shutdown()
+
+
+def test_a_setups_providers_are_freed_once_reset_otel_globals_forgets_them(
+    tmp_path: Path,
+) -> None:
+    """Nothing in lens keeps a finished setup's providers alive past the reset: each one
+    left alive would restart its processors' threads in every later fork."""
+    handle = setup_telemetry(
+        NemoLensConfig(enabled=True, exporter="console", console_path=str(tmp_path / "out.jsonl"))
+    )
+    pipeline = handle._pipeline
+    assert pipeline is not None
+    providers = [
+        weakref.ref(provider)
+        for provider in (pipeline.tracer_provider, pipeline.meter_provider)
+        if provider is not None
+    ]
+    assert len(providers) == 2
+    handle.shutdown()
+    lens_testing.reset_otel_globals()
+    del handle, pipeline
+    gc.collect()
+    assert [ref() for ref in providers] == [None, None]
 
 
 def test_a_meter_fetched_after_reset_does_not_reach_the_old_provider() -> None:

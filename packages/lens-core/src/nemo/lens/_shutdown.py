@@ -147,6 +147,9 @@ class _LaneRun:
                 self.ok = False
                 _logger.warning("%s: %s raised %s: %s", action, label, type(exc).__name__, exc)
         self.current = None
+        # A finished run stays listed for exit (`_running`): it must not keep what its
+        # steps shut down (a handle and its providers) alive.
+        self.steps = ()
         self.finished.set()
 
 
@@ -210,6 +213,9 @@ class LaneRuns:
                     run.thread = thread
                     continue
             inline.append(run)
+        # Every lane has its thread or runs inline below: the key (a handle) is not needed
+        # again, and this run stays listed for exit (`_running`) after it finishes.
+        self.exit_key = None
         for index, run in enumerate(inline):
             left = max(0.0, self.deadline - time.monotonic())
             run.run(self.action, time.monotonic() + left / (len(inline) - index))

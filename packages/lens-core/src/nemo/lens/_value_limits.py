@@ -38,6 +38,7 @@ would keep its first. Nothing here imports the SDK.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -121,21 +122,22 @@ def value_limits(environ: Mapping[str, str] | None = None) -> ValueLimits:
 
 
 # (the tracer provider, its span event attribute limit): written once per setup, read on
-# an exception; a tuple, so a reader sees both of one setup.
-_in_force: tuple[object, int | None] | None = None
+# an exception; a tuple, so a reader sees both of one setup. The provider is held weakly:
+# a finished setup's must not outlive its pipeline here.
+_in_force: tuple[weakref.ref[object], int | None] | None = None
 
 
 def note_in_force(tracer_provider: object, limits: ValueLimits) -> None:
     """Note that `tracer_provider` (a lens pipeline's) cuts span values to `limits`."""
     global _in_force
-    _in_force = (tracer_provider, limits.attribute)
+    _in_force = (weakref.ref(tracer_provider), limits.attribute)
 
 
 def event_attribute_limit() -> int | None:
     """The length limit on span event attribute values (where `exception.stacktrace` is
     written) of lens's pipeline, while its tracer provider is the global one; else None."""
     in_force = _in_force
-    if in_force is None or trace.get_tracer_provider() is not in_force[0]:
+    if in_force is None or trace.get_tracer_provider() is not in_force[0]():
         return None
     return in_force[1]
 

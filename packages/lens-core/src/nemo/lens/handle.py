@@ -15,6 +15,7 @@ import operator
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -52,7 +53,9 @@ _live_handle: TelemetryHandle | None = None
 # Every global provider a setup of this process installed (the API's no-op ones included).
 # OpenTelemetry's globals are set once; a setup that follows a finished one forgets these,
 # so its own providers become the globals that the span helpers and get_meter() use.
-_lens_globals: list[object] = []
+# Weak: a provider forgotten elsewhere (`reset_otel_globals`) must not stay alive here,
+# with its processors' at-fork handlers restarting threads in every later fork.
+_lens_globals: weakref.WeakSet[object] = weakref.WeakSet()
 # How long a shutdown waits for a setup running on another thread before it leaves the
 # setup guard set (it then shuts down all the same).
 _GUARD_RELEASE_WAIT_S = 1.0
@@ -622,7 +625,7 @@ def _set_global(
     """Install `provider` as a global and remember it as lens's, if the API took it."""
     install(provider)
     if current() is provider:
-        _lens_globals.append(provider)
+        _lens_globals.add(provider)
 
 
 def _forget_finished_globals() -> None:
@@ -650,9 +653,9 @@ def _forget_finished_globals() -> None:
     for provider, label in _otel_internals.installed_global_providers():
         if provider is None or any(provider is mine for mine in live):
             continue
-        if any(provider is mine for mine in _lens_globals):
+        if provider in _lens_globals:
             forget[label]()
-            _lens_globals[:] = [mine for mine in _lens_globals if mine is not provider]
+            _lens_globals.discard(provider)
 
 
 def _warn_global_kept(signal: str, accessor: str) -> None:

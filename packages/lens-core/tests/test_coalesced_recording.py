@@ -107,7 +107,8 @@ def test_setup_meters_coalesce_and_other_meters_record_directly() -> None:
         assert _coalesce.buffer_for(handle.get_meter("another.scope")) is not None
         assert _coalesce.buffer_for(own.get_meter("not.lens")) is None
         record_metrics(handle.meter, GROUP, loss=0.5, tokens=3, step_ms=2.0)
-        assert pending_series(handle) == 2  # the gauge and the counter; not the histogram
+        # The gauge and the counter; not the histogram, direct in its first interval.
+        assert pending_series(handle) == 2
         # A reader sees the values right after record_metrics, as with direct recording.
         data = reader.get_metrics_data()
         assert values_of(data, "co.loss") == [0.5]
@@ -446,7 +447,7 @@ def test_a_thread_recording_during_a_hand_over_never_overtakes_an_older_value() 
             if during_hand_over and attributes and attributes.get("s") == "first":
                 during_hand_over.pop()()
 
-    buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
+    buffer = _coalesce.CoalescingBuffer(single_reader=True)
     pending = buffer.instrument(Gauge(), "set", "gauge")
 
     def in_thread(*values: tuple[float, str]) -> None:
@@ -504,7 +505,7 @@ def test_an_unkeyable_sum_reaching_the_sdk_at_once_keeps_the_int64_guard() -> No
         def add(self, value: float, attributes: object = None) -> None:
             added.append(value)
 
-    buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
+    buffer = _coalesce.CoalescingBuffer(single_reader=True)
     keep = buffer.instrument(Counter(), "add", "counter").keep
     for _ in range(3):
         keep(2**62, {"ids": [1, 2]})
@@ -592,7 +593,8 @@ def test_coalesced_values_get_no_exemplars_even_when_collected_inside_a_span() -
         }
         if not hasattr(points["co.step_ms"], "exemplars"):
             pytest.skip("this SDK release samples no exemplars")
-        assert points["co.step_ms"].exemplars  # direct: sampled inside the span
+        # A histogram's first interval is direct (lens learns its boundaries from it).
+        assert points["co.step_ms"].exemplars
         assert not points["co.loss"].exemplars
         assert not points["co.tokens"].exemplars
     finally:
@@ -634,7 +636,7 @@ def test_a_failing_hand_over_is_warned_once_and_never_raises(
         def set(self, value: float, attributes: object = None) -> None:
             raise RuntimeError("instrument gone")
 
-    buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
+    buffer = _coalesce.CoalescingBuffer(single_reader=True)
     record = buffer.instrument(Broken(), "set", "gauge").keep
     record(1.0, {"a": 1})
     with caplog.at_level(logging.WARNING, logger="nemo.lens"):
@@ -655,7 +657,7 @@ def test_a_set_without_a_series_key_reaches_the_sdk_at_once() -> None:
         def set(self, value: float, attributes: object = None) -> None:
             recorded.append((value, attributes))
 
-    buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
+    buffer = _coalesce.CoalescingBuffer(single_reader=True)
     record = buffer.instrument(Recording(), "set", "gauge").keep
     record(1.0, {"ids": [1, 2]})
     record(2.0, {"ids": (1, 2)})

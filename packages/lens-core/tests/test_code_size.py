@@ -21,6 +21,8 @@ LONG_FUNCTIONS = {
     # through a call of its own. Split into helpers, the loop would pay a Python call per
     # value, which benchmarks/bench_metrics.py and bench_step.py measure (AGENTS.md).
     ("instruments/_record.py", "record_metrics"),
+    # Its twin for coalesced values: one loop under one shard lock, a branch per kind.
+    ("instruments/_coalesce.py", "CoalescingBuffer.keep_call"),
 }
 
 

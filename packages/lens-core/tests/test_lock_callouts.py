@@ -380,7 +380,7 @@ def _walk_metrics() -> None:
     try:
         meter = provider.get_meter("walk")
         # The buffer lens's pipeline gives its provider, so gauges and sums coalesce.
-        buffer = _coalesce.CoalescingBuffer(coalesce_sums=True)
+        buffer = _coalesce.CoalescingBuffer(single_reader=True)
         _coalesce.register(_otel_internals.meter_consumer(meter), buffer, type(meter))
         register_metric_group(
             "walk",

@@ -11,10 +11,11 @@ this install lacks; a test runs it in every cell of the OpenTelemetry matrix.
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import operator
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from opentelemetry import trace as _trace_api
@@ -54,6 +55,17 @@ SDK_INSTRUMENT_CLASS_BY_KIND: Final = {
     "histogram": "_Histogram",
     "up_down_counter": "_UpDownCounter",
 }
+
+#: The SDK's explicit-bucket histogram aggregation, by class name: a coalesced histogram's
+#: interval is handed into its state (`add_histogram_interval`), found from the instrument
+#: through its consumer's reader storages, a storage's view matches per instrument and a
+#: match's aggregations per series (keyed by the SDK's `_hash_attributes` where the
+#: release has it, else by `frozenset(attributes.items())`). The interval's bucket counts
+#: are `_value` (`_current_value` before 1.24).
+HISTOGRAM_AGGREGATION_CLASS: Final = "_ExplicitBucketHistogramAggregation"
+HISTOGRAM_COUNTS: Final = ("_value", "_current_value")
+#: The exemplar filter that samples every value: a histogram under it is never coalesced.
+ALWAYS_ON_EXEMPLAR_FILTER: Final = "AlwaysOnExemplarFilter"
 
 ProxyMeter: Final[type] = _metrics_api._ProxyMeter
 ProxyMeterProvider: Final[type] = _metrics_api._ProxyMeterProvider
@@ -191,3 +203,100 @@ def forget_global_logger_provider() -> None:
 
     logs_api._LOGGER_PROVIDER = None
     logs_api._LOGGER_PROVIDER_SET_ONCE = Once()
+
+
+class HistogramMatch:
+    """Where an SDK histogram instrument keeps its series' aggregations, and their layout.
+
+    Made by `histogram_match`; `boundaries` and `record_min_max` are the aggregation's.
+    """
+
+    __slots__ = ("_key", "_match", "boundaries", "record_min_max")
+
+    def __init__(self, match: Any, boundaries: tuple[float, ...], record_min_max: bool) -> None:
+        self._match = match
+        module = sys.modules.get(type(match).__module__)
+        self._key: Callable[[dict[str, Any]], Any] = getattr(
+            module, "_hash_attributes", _frozen_items
+        )
+        self.boundaries = boundaries
+        self.record_min_max = record_min_max
+
+    def aggregation(self, attributes: Mapping[str, Any] | None) -> Any:
+        """The aggregation of the series `attributes` record on, or None while it has none
+        (read afresh: a release that forgets delta series replaces the mapping)."""
+        key = self._key(dict(attributes) if attributes else {})
+        return self._match._attributes_aggregation.get(key)
+
+
+def _frozen_items(attributes: dict[str, Any]) -> frozenset[Any]:
+    return frozenset(attributes.items())
+
+
+def histogram_match(instrument: object) -> HistogramMatch | None:
+    """Where histogram `instrument`'s series are aggregated, when lens can hand them whole
+    intervals: its provider has one reader, whose storage has one view match for it,
+    filtering no attribute, with an explicit-bucket aggregation holding a series already,
+    and values are not all exemplar candidates. None otherwise (ask again later)."""
+    try:
+        consumer = getattr(instrument, MEASUREMENT_CONSUMER)
+        config = getattr(consumer, "_sdk_config", None)
+        exemplar_filter = getattr(config, "exemplar_filter", None)
+        if type(exemplar_filter).__name__ == ALWAYS_ON_EXEMPLAR_FILTER:
+            return None
+        storages = list(consumer._reader_storages.values())
+        if len(storages) != 1:
+            return None
+        matches = storages[0]._instrument_view_instrument_matches.get(instrument)
+        if not matches or len(matches) != 1:
+            return None
+        match = matches[0]
+        if match._view._attribute_keys is not None:
+            return None
+        aggregation: Any = next(iter(list(match._attributes_aggregation.values())), None)
+        if type(aggregation).__name__ != HISTOGRAM_AGGREGATION_CLASS:
+            return None
+        if not any(hasattr(aggregation, name) for name in HISTOGRAM_COUNTS):
+            return None
+        boundaries = tuple(aggregation._boundaries)
+        return HistogramMatch(match, boundaries, bool(aggregation._record_min_max))
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+
+
+def add_histogram_interval(
+    aggregation: Any,
+    counts: list[int],
+    total: float,
+    low: float,
+    high: float,
+    *,
+    recorded: float | None,
+) -> None:
+    """Add an interval's values, as bucket counts, sum, min and max, to `aggregation`.
+
+    Where the aggregation's interval is empty, or holds exactly the one value the caller
+    just recorded into it (`recorded`, which `counts` and `total` include), it takes them
+    as they are: the state recording each value would have left, the sum added in the same
+    order. Otherwise they are added to what it holds (less `recorded`).
+    """
+    name = HISTOGRAM_COUNTS[0] if hasattr(aggregation, HISTOGRAM_COUNTS[0]) else HISTOGRAM_COUNTS[1]
+    with aggregation._lock:
+        held = getattr(aggregation, name)
+        if held is None or (recorded is not None and sum(held) == 1):
+            setattr(aggregation, name, counts)
+            aggregation._sum = total
+            if aggregation._record_min_max:
+                aggregation._min = low
+                aggregation._max = high
+            return
+        if recorded is not None:  # another value reached it meanwhile: add the rest
+            counts[bisect.bisect_left(aggregation._boundaries, recorded)] -= 1
+            total -= recorded
+        for index, count in enumerate(counts):
+            if count:
+                held[index] += count
+        aggregation._sum += total
+        if aggregation._record_min_max:
+            aggregation._min = min(aggregation._min, low)
+            aggregation._max = max(aggregation._max, high)

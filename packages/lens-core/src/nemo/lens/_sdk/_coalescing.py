@@ -46,7 +46,7 @@ def coalesce_recording(
         for reader in readers:
             _fork.gate_metric_reader(reader, built, _cardinality.start_cycle)
         return None
-    buffer = _coalesce.CoalescingBuffer(coalesce_sums=len(readers) == 1)
+    buffer = _coalesce.CoalescingBuffer(single_reader=len(readers) == 1)
 
     def before_collect() -> None:
         # The values buffered so far belong to this collection, and so do their sets.

@@ -1,4 +1,4 @@
-"""Coalesced recording: gauges and sums on lens's own meters reach the SDK at collection.
+"""Coalesced recording: lens's own meters' values reach the SDK at collection.
 
 A synchronous SDK call costs 2.6 to 9 us per value (a `Measurement`, the exemplar filter,
 the attribute hash, a lock per reader storage). Between two collections the SDK keeps
@@ -7,8 +7,10 @@ so `record_metrics` can keep exactly that itself, for a dict store, and hand eac
 to the SDK's own instrument once (one `set` or `add`) when a reader of the pipeline
 collects, just before the SDK aggregates. The exported data is the same: same
 instruments, series, values and per-interval presence (the interval sum is added in the
-order the SDK would add it, starting from 0). Histograms are recorded directly: a
-distribution cannot be coalesced.
+order the SDK would add it, starting from 0). A histogram series keeps its interval as
+the SDK's explicit-bucket aggregation does, with the boundaries learned from it once the
+SDK holds a series (values are recorded directly until then, and where the SDK
+aggregates otherwise); `_histogram_hand_over` hands the interval over.
 
 Buffering pays when a series gets many values an interval. An instrument whose many
 series mostly got one sends new series to the SDK at once instead, re-measured every few
@@ -20,7 +22,9 @@ Only meters of a provider that lens's pipeline built coalesce: the pipeline regi
 (`nemo.lens._sdk._coalescing`). Every other meter keeps the direct path.
 
 What differs: the SDK samples no exemplars for coalesced values (they reach it outside
-the span that recorded them), and a measurement's timestamp is its collection's.
+the span that recorded them), and a measurement's timestamp is its collection's. Where
+something other than this buffer records a histogram series in the same interval, the
+two parts' sums are added as two (the last bits of a float sum may differ).
 
 Values are validated by `record_metrics` before they get here; nothing here raises on
 the recording path. A series is keyed as the cardinality limit keys it, as the installed
@@ -42,6 +46,7 @@ import logging
 import math
 import threading
 import weakref
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -50,13 +55,14 @@ from opentelemetry import context as otel_context
 from nemo.lens import _fork_hooks, _otel_internals
 from nemo.lens._attributes import INT64_MAX
 from nemo.lens._warn_once import WarnOnce
+from nemo.lens.instruments._histogram_hand_over import hand_over_histogram
 from nemo.lens.instruments._series import SeriesAttributes, keyed
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "record_metrics: coalesced recording")
 
-#: The kinds that coalesce: the SDK keeps their last value or their sum per interval.
-COALESCED_KINDS: Final = frozenset({"gauge", "counter", "up_down_counter"})
+#: The kinds that coalesce: the SDK keeps their last value, sum or buckets per interval.
+COALESCED_KINDS: Final = frozenset({"gauge", "counter", "up_down_counter", "histogram"})
 
 #: The series key of a value recorded without attributes.
 _NO_ATTRIBUTES: Final[frozenset[Any]] = frozenset()
@@ -75,7 +81,7 @@ class CoalescingBuffer:
     gauge's last value could be handed over out of order.
 
     Args:
-        coalesce_sums: Also buffer counters and up-down counters. Only right with one
+        single_reader: Also buffer counters, up-down counters and histograms. Only right with one
             reader (lens's pipeline builds one): every reader's storage gets what a flush
             hands over, so a second reader, collecting at other moments, would sum the
             same floats in another grouping (and round differently) than direct recording.
@@ -88,12 +94,12 @@ class CoalescingBuffer:
         "_lock",
         "_pending",
         "_shards",
-        "coalesce_sums",
+        "single_reader",
         "threaded",
     )
 
-    def __init__(self, *, coalesce_sums: bool) -> None:
-        self.coalesce_sums = coalesce_sums
+    def __init__(self, *, single_reader: bool) -> None:
+        self.single_reader = single_reader
         # No lock here is taken across fork(): a child never touches its parent's buffers
         # (see `_forget_buffers_in_child`). `_lock` guards the list of shards; a flush
         # holds `_flush_lock` while it hands values to the SDK.
@@ -111,11 +117,11 @@ class CoalescingBuffer:
 
     def coalesces(self, kind: str) -> bool:
         """True when values of instruments of `kind` are buffered here."""
-        return kind == "gauge" or (self.coalesce_sums and kind in COALESCED_KINDS)
+        return kind == "gauge" or (self.single_reader and kind in COALESCED_KINDS)
 
     def instrument(self, instrument: object, record_name: str, kind: str) -> PendingInstrument:
         """The buffer's side of SDK `instrument` of `kind`, whose own record method is
-        `record_name` (`set` or `add`). Called under the registry lock."""
+        `record_name` (`set`, `add` or `record`). Called under the registry lock."""
         pending = self._pending.get(instrument)
         if pending is None:
             pending = self._pending[instrument] = PendingInstrument(
@@ -124,6 +130,7 @@ class CoalescingBuffer:
                 last_wins=kind == "gauge",
                 name=str(getattr(instrument, "name", "")),
                 monotonic=kind == "counter",
+                histogram_of=instrument if kind == "histogram" else None,
             )
         return pending
 
@@ -205,6 +212,26 @@ class CoalescingBuffer:
                         direct.append((pending, value, attributes))
                     else:
                         series[key] = [value, attributes, next(_order) if threaded else 0, _NO_ROOM]
+                    continue
+                if pending.histogram:
+                    boundaries = pending.boundaries
+                    if boundaries is None or (
+                        kept_entry is None and pending.direct and pending.may_record_now(key)
+                    ):
+                        direct.append((pending, value, attributes))
+                    elif kept_entry is None:
+                        series[key] = [None, attributes, 0 + value, value, value]
+                    else:
+                        counts = kept_entry[0]
+                        if counts is None:  # the second value: the first gets its bucket
+                            counts = kept_entry[0] = [0] * (len(boundaries) + 1)
+                            counts[bisect_left(boundaries, kept_entry[3])] += 1
+                        counts[bisect_left(boundaries, value)] += 1
+                        kept_entry[2] += value  # in order from 0 + the first: the SDK's sum
+                        if value < kept_entry[3]:
+                            kept_entry[3] = value
+                        elif value > kept_entry[4]:
+                            kept_entry[4] = value
                     continue
                 if value_type is int:
                     if not pending.passed_int64:
@@ -316,6 +343,10 @@ class CoalescingBuffer:
             # which it adds up.
             for series_by_instrument in taken:
                 for pending, series in series_by_instrument.items():
+                    if pending.match is not None:  # a histogram
+                        again = hand_over_histogram(pending.match, pending.record, series, failures)
+                        pending.note_interval(len(series), again)
+                        continue
                     record = pending.record
                     recorded_again = 0
                     for entry in series.values():
@@ -336,6 +367,8 @@ class CoalescingBuffer:
                 self.threaded = len(self._shards) > 1
             for pending in list(self._pending.values()):
                 pending.choose_mode(threaded=threaded or self.threaded)
+                if pending.histogram and pending.boundaries is None:
+                    pending.learn_histogram()
 
 
 #: One thread's buffered values: instrument -> series key -> entry. An entry is
@@ -521,15 +554,19 @@ class PendingInstrument:
 
     __slots__ = (
         "_as_kept",
+        "_histogram_of",
         "_int64_left",
         "_last_interval",
+        "boundaries",
         "buffer",
         "direct",
         "direct_flushes",
+        "histogram",
         "holds_room",
         "in_flight",
         "int64_lock",
         "last_wins",
+        "match",
         "name",
         "passed_int64",
         "record",
@@ -543,11 +580,20 @@ class PendingInstrument:
         last_wins: bool,
         name: str,
         monotonic: bool = False,
+        histogram_of: object | None = None,
     ) -> None:
         self.buffer = buffer
         self.name = name
         #: How `keep` hands its one value to `CoalescingBuffer.keep_call`.
-        self._as_kept = {"": (self, 0 if monotonic else -_INFINITY)}
+        lowest = 0 if monotonic or histogram_of is not None else -_INFINITY
+        self._as_kept = {"": (self, lowest)}
+        #: A histogram's: its SDK instrument, where the SDK aggregates its series
+        #: (`learn_histogram`) and those aggregations' boundaries; values are recorded
+        #: directly while `boundaries` is None.
+        self.histogram = histogram_of is not None
+        self._histogram_of = histogram_of
+        self.match: _otel_internals.HistogramMatch | None = None
+        self.boundaries: tuple[float, ...] | None = None
         #: A gauge's (its interval's last value wins); else a sum's (its values add up).
         self.last_wins = last_wins
         #: A counter's: its values are never negative, so the sum of an entry's ints is
@@ -588,6 +634,14 @@ class PendingInstrument:
                     if magnitude > self.take_int64_room(magnitude, 0, chunk=0):
                         value = float(value)
         self.record(value, attributes)
+
+    def learn_histogram(self) -> None:
+        """Find where the SDK aggregates this histogram's series, and buffer its values
+        from now on if they can be handed over whole (the flush lock is held)."""
+        match = _otel_internals.histogram_match(self._histogram_of)
+        if match is not None:
+            self.match = match
+            self.boundaries = match.boundaries
 
     def may_record_now(self, key: frozenset[Any]) -> bool:
         """True when series `key` (buffered nowhere in the caller's shard) may go to the

@@ -98,7 +98,11 @@ SPLIT_SUM_DIFFERS = (
     0.35937717798142654,
     0.2875601526248024,
 )
-INTERVALS: list[list[tuple[dict[str, Any], dict[str, object] | None]]] = [
+Calls = list[tuple[dict[str, Any], dict[str, object] | None]]
+# A new series whose sum, its least value taken out and added back, differs in the last
+# bit: the hand-over must not split the sum.
+SPLIT_SUM_SERIES: Calls = [({"ms": value}, {"rank": 4}) for value in SPLIT_SUM_DIFFERS]
+INTERVALS: list[Calls] = [
     # The first interval goes to the SDK directly: lens learns the boundaries from it.
     [({"ms": 0.5, "default": 3}, None), ({"ms": 5.0}, None)],
     # Floats whose sum depends on the order they are added in; -0.0; ints; a new series.
@@ -111,9 +115,7 @@ INTERVALS: list[list[tuple[dict[str, Any], dict[str, object] | None]]] = [
         ({"ms": 1e308}, {"rank": 2}),
         ({"ms": 1e308}, {"rank": 2}),
         ({"ms": 10.0}, {"rank": 3}),
-        # A new series whose sum, its least value taken out and added back, differs in
-        # the last bit: the hand-over must not split the sum.
-        *(({"ms": value}, {"rank": 4}) for value in SPLIT_SUM_DIFFERS),
+        *SPLIT_SUM_SERIES,
     ],
     [],
     [({"ms": 1000.0, "default": 0}, None), ({"ms": 100.0, "default": 4}, None)],
@@ -219,6 +221,7 @@ def test_a_histogram_whose_every_value_is_an_exemplar_candidate_stays_direct() -
                 record_metrics(meter, GROUP, ms=value)
             assert buffered_histogram_values(meter) == 0
             data = reader.get_metrics_data()
+            assert data is not None
             [point] = data.resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
             assert {exemplar.value for exemplar in point.exemplars} >= {0.5, 5.0, 50.0}
     finally:

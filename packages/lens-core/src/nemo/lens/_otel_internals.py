@@ -2,11 +2,13 @@
 
 lens needs a few of them: the metrics proxy types (to skip a proxy with nothing behind it
 on the recording path), the reader's collection callback (to gate collections across
-`fork()`), the API's set-once globals (so `nemo.lens.testing` can forget a provider), and
-an ended span's own containers (so export reads them without the copies the public
-properties make).
-A release may rename any of these without notice, so `missing_internals()` lists those
-this install lacks; a test runs it in every cell of the OpenTelemetry matrix.
+`fork()`), the API's set-once globals (so `nemo.lens.testing` can forget a provider), an
+ended span's own containers (so export reads them without the copies the public
+properties make), and a histogram's per-series aggregations (so a coalesced histogram's
+interval is handed over in one step, not value by value).
+A release may rename any of these without notice, so `missing_internals()` lists the
+module-level ones this install lacks, and `test_coalesced_histograms.py` finds the
+aggregations; both run in every cell of the OpenTelemetry matrix.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ SDK_INSTRUMENT_CLASS_BY_KIND: Final = {
 #: through its consumer's reader storages, a storage's view matches per instrument and a
 #: match's aggregations per series (keyed by the SDK's `_hash_attributes` where the
 #: release has it, else by `frozenset(attributes.items())`). The interval's bucket counts
-#: are `_value` (`_current_value` before 1.24).
+#: are `_value` (`_current_value` in older releases, 1.23 among them).
 HISTOGRAM_AGGREGATION_CLASS: Final = "_ExplicitBucketHistogramAggregation"
 HISTOGRAM_COUNTS: Final = ("_value", "_current_value")
 #: The exemplar filter that samples every value: a histogram under it is never coalesced.
@@ -206,21 +208,18 @@ def forget_global_logger_provider() -> None:
 
 
 class HistogramMatch:
-    """Where an SDK histogram instrument keeps its series' aggregations, and their layout.
+    """Where an SDK histogram instrument keeps its series' aggregations, and their
+    `boundaries`. Made by `histogram_match`."""
 
-    Made by `histogram_match`; `boundaries` and `record_min_max` are the aggregation's.
-    """
+    __slots__ = ("_key", "_match", "boundaries")
 
-    __slots__ = ("_key", "_match", "boundaries", "record_min_max")
-
-    def __init__(self, match: Any, boundaries: tuple[float, ...], record_min_max: bool) -> None:
+    def __init__(self, match: Any, boundaries: tuple[float, ...]) -> None:
         self._match = match
         module = sys.modules.get(type(match).__module__)
         self._key: Callable[[dict[str, Any]], Any] = getattr(
             module, "_hash_attributes", _frozen_items
         )
         self.boundaries = boundaries
-        self.record_min_max = record_min_max
 
     def aggregation(self, attributes: Mapping[str, Any] | None) -> Any:
         """The aggregation of the series `attributes` record on, or None while it has none
@@ -258,8 +257,7 @@ def histogram_match(instrument: object) -> HistogramMatch | None:
             return None
         if not any(hasattr(aggregation, name) for name in HISTOGRAM_COUNTS):
             return None
-        boundaries = tuple(aggregation._boundaries)
-        return HistogramMatch(match, boundaries, bool(aggregation._record_min_max))
+        return HistogramMatch(match, tuple(aggregation._boundaries))
     except (AttributeError, TypeError, RuntimeError):
         return None
 

@@ -101,6 +101,71 @@ def test_each_kind_reads_back_what_was_written() -> None:
     reader.release()
 
 
+def region_contents(region: Any, since_ns: int) -> dict[tuple[str, tuple[Any, ...]], Any]:
+    """Every series of `region`, read back: (name, attributes) -> its snapshot, a gauge's
+    time as whether it was set at `since_ns` or later."""
+    reader = _shared_region.RegionReader(region)
+    found: dict[tuple[str, tuple[Any, ...]], Any] = {}
+    for slot in reader.refresh():
+        snapshot = reader.read(slot)
+        assert snapshot is not None
+        updates, fields = snapshot
+        if slot.meta.kind == "gauge":
+            fields = (fields[0], fields[1] >= since_ns)
+        found[slot.meta.name, tuple(sorted(slot.attributes.items()))] = (updates, *fields)
+    reader.release()
+    return found
+
+
+def test_a_call_written_at_once_reads_back_as_each_value_written_by_its_method() -> None:
+    """`RegionWriter.keep_call` (one lock a call) leaves what each value's record method
+    leaves; it hands back what only that method may write: a series without its slot
+    yet, a sum's int (its int64 guard), values outside the fast range, unknown keys."""
+    kinds = {"c": "counter", "u": "up_down_counter", "g": "gauge", "h": "histogram"}
+    calls: list[tuple[dict[str, Any], dict[str, object] | None]] = [
+        ({"c": 1.5, "u": -2.0, "g": 3, "h": 0.5}, {"a": 1}),
+        ({"c": 2.5, "u": 4.0, "g": 2.5, "h": 10.0, "x": 1.0}, {"a": 1}),
+        ({"c": 7, "g": float("nan"), "h": -1.0}, {"a": 1}),
+        ({"c": 0.25, "g": -0.0, "h": 11}, None),
+        ({"c": 0.25, "g": 9, "h": 1.0}, None),
+    ]
+    regions = []
+    for batched in (False, True):
+        region = _shared_region.new_region(os.getpid())
+        writer = _shared_region.RegionWriter(region)
+        methods = {
+            key: writer.instrument(meta(kind, key, bounds=BOUNDS if kind == "histogram" else None))
+            for key, kind in kinds.items()
+        }
+        kept = {}
+        for key, method in methods.items():
+            keeper = _forked_children.keeper_of(method)
+            assert keeper is not None
+            assert keeper[0] is writer
+            lowest = 0 if kinds[key] in ("counter", "histogram") else -(2**63)
+            kept[key] = (keeper[1], lowest)
+        handed_back = []
+        for index, (values, attributes) in enumerate(calls):
+            if index == len(calls) - 1:
+                last_call_ns = _shared_region.monotonic_ns()
+            rest = writer.keep_call(kept, values, attributes) if batched else values
+            handed_back.append(sorted(rest))
+            for key, value in rest.items():
+                if key in methods and value == value and value >= kept[key][1]:
+                    methods[key](value, attributes)
+        regions.append((region_contents(region, last_call_ns), handed_back))
+    (each_value, _), (batched_contents, batched_back) = regions
+    assert batched_contents == each_value
+    assert batched_contents["g", ()] == (2, 9, True)  # set again, at the last call
+    assert batched_back == [
+        ["c", "g", "h", "u"],  # every series' first value: its slot is made by the method
+        ["x"],
+        ["c", "g", "h"],  # the counter's int; NaN; a negative histogram value
+        ["c", "g", "h"],  # new series (no attributes)
+        [],
+    ]
+
+
 def test_a_full_region_drops_new_series_and_counts_them() -> None:
     region = _shared_region.new_region(os.getpid())
     writer = _shared_region.RegionWriter(region)

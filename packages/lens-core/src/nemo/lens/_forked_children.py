@@ -270,6 +270,17 @@ def child_recorder(consumer: object, meter: object, spec: MetricSpec) -> Callabl
     return _writer.instrument(meta)
 
 
+def keeper_of(
+    record: Callable[..., None],
+) -> tuple[_shared_region.RegionWriter, _shared_region.SeriesWriter] | None:
+    """The region writer and the instrument a `child_recorder` method writes through, so
+    `record_metrics` can hand the writer a call's values at once (`keep_call`)."""
+    writer = getattr(record, "__self__", None)
+    if isinstance(writer, _shared_region.SeriesWriter):
+        return writer.region, writer
+    return None
+
+
 def _token_of(consumer: object) -> int | None:
     if consumer is None:
         return None

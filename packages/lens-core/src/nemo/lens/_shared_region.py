@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from nemo.lens._attributes import INT64_MAX
 from nemo.lens.instruments._series import SeriesAttributes, series_key, typed_series_key
 
 #: Bytes reserved per child for its series. Virtual: the kernel backs only the pages a
@@ -78,6 +79,11 @@ _FIELD_WORDS: Final = {"counter": 4, "up_down_counter": 4, "gauge": 4}
 _READ_ATTEMPTS: Final = 100
 
 _NO_ATTRIBUTES: Final[frozenset[Any]] = frozenset()
+_INFINITY: Final = float("inf")
+#: An instrument's kind as `RegionWriter.keep_call` tells them apart (by identity).
+_KIND_GAUGE: Final = "gauge"
+_KIND_SUM: Final = "sum"
+_KIND_HISTOGRAM: Final = "histogram"
 
 
 def new_region(creator_pid: int) -> mmap.mmap:
@@ -123,7 +129,7 @@ class RegionWriter:
         self._words = memoryview(region).cast("q")
         self._floats = memoryview(region).cast("d")
         self._lock = threading.Lock()
-        self._instruments: dict[tuple[Any, ...], _SeriesWriter] = {}
+        self._instruments: dict[tuple[Any, ...], SeriesWriter] = {}
         self._words[_WRITER] = os.getpid()
 
     def instrument(self, meta: InstrumentMeta) -> Callable[..., None]:
@@ -135,12 +141,87 @@ class RegionWriter:
         with self._lock:
             writer = self._instruments.get(key)
             if writer is None:
-                writer = self._instruments[key] = _SeriesWriter(self, meta)
+                writer = self._instruments[key] = SeriesWriter(self, meta)
         if meta.kind == "histogram":
             return writer.record
         if meta.kind == "gauge":
             return writer.set
         return writer.add
+
+    def keep_call(
+        self,
+        kept: Mapping[str, tuple[SeriesWriter, float]],
+        items: Mapping[Any, Any],
+        attributes: Mapping[str, object] | None,
+    ) -> dict[Any, Any]:
+        """Write the values of one `record_metrics` call into their series' slots under
+        one hold of the lock; return the rest, for the caller's full path (each value's
+        record method).
+
+        `kept` maps a key to its instrument's writer and the lowest value its kind takes.
+        Written here: a value of a series that has its slot, a float in [lowest, inf) or
+        an int in [lowest, int64]; a sum's int goes the full path, through its int64
+        guard. What the record methods would write, without a call per value.
+        """
+        rest: dict[Any, Any] = {}
+        if attributes:
+            key = (
+                attributes.series_key
+                if type(attributes) is SeriesAttributes
+                else _key_or_none(attributes)
+            )
+        else:
+            key = _NO_ATTRIBUTES
+        words = self._words
+        floats = self._floats
+        now = monotonic_ns()
+        with self._lock:
+            for name, value in items.items():
+                entry = kept.get(name)
+                if entry is None:
+                    rest[name] = value
+                    continue
+                writer, lowest = entry
+                field = writer._fields.get(key)
+                value_type = type(value)
+                if field is None or field < 0:  # a slot to allocate, or none to have
+                    rest[name] = value
+                    continue
+                if value_type is float:
+                    if not lowest <= value < _INFINITY:
+                        rest[name] = value
+                        continue
+                elif value_type is not int or not lowest <= value <= INT64_MAX:
+                    rest[name] = value
+                    continue
+                kind = writer.kind
+                if kind is _KIND_HISTOGRAM:
+                    words[field] += 1
+                    words[field + _COUNT] += 1
+                    floats[field + _SUM] += value
+                    if value < floats[field + _MIN]:
+                        floats[field + _MIN] = value
+                    if value > floats[field + _MAX]:
+                        floats[field + _MAX] = value
+                    words[field + _BUCKETS + bisect.bisect_left(writer._bounds, value)] += 1
+                elif kind is _KIND_GAUGE:
+                    words[field] += 1
+                    if value_type is int:
+                        words[field + _VALUE] = value
+                        words[field + _IS_INT] = 1
+                    else:
+                        floats[field + _VALUE] = value
+                        words[field + _IS_INT] = 0
+                    words[field + _SET_AT] = now
+                elif value_type is float:
+                    words[field] += 1
+                    floats[field + _FLOAT_SUM] += value
+                    words[field + _HAD_FLOAT] = 1
+                else:
+                    rest[name] = value
+                    continue
+                words[field] += 1
+        return rest
 
     def append_record(self, token: int, payload: bytes) -> bool:
         """Append one span record of pipeline `token` to the ring; False (and counted)
@@ -199,14 +280,16 @@ class RegionWriter:
         return field
 
 
-class _SeriesWriter:
+class SeriesWriter:
     """One instrument's series in the child's region: series key -> first field word."""
 
-    __slots__ = ("_bounds", "_fields", "_floats", "_lock", "_meta", "_region", "_words")
+    __slots__ = ("_bounds", "_fields", "_floats", "_lock", "_meta", "_words", "kind", "region")
 
     def __init__(self, region: RegionWriter, meta: InstrumentMeta) -> None:
-        self._region = region
+        self.region = region
         self._meta = meta
+        #: How `RegionWriter.keep_call` writes its values (one of the `_KIND_` names).
+        self.kind = {"gauge": _KIND_GAUGE, "histogram": _KIND_HISTOGRAM}.get(meta.kind, _KIND_SUM)
         self._bounds = meta.bounds or ()
         self._words = region._words
         self._floats = region._floats
@@ -224,7 +307,7 @@ class _SeriesWriter:
             key = _NO_ATTRIBUTES
         field = self._fields.get(key)
         if field is None:
-            field = self._region.allocate(self._meta, attributes, self._fields, key)
+            field = self.region.allocate(self._meta, attributes, self._fields, key)
         return field
 
     def add(self, value: float, attributes: Mapping[str, object] | None = None) -> None:

@@ -118,11 +118,12 @@ def record_metrics(
                     attributes = _series.keyed(attributes)
                 elif cache.buffer is not None or cache.child:
                     attributes = _series.keyed(attributes)
-        buffer = cache.buffer
-        if buffer is not None and cache.kept and not bounded:
-            # The values a coalescing buffer keeps as they are, under one lock; the rest
-            # (a first record, a value to check or convert) take the path below.
-            items = buffer.keep_call(cache.kept, items, attributes)
+        keeper = cache.keeper
+        if keeper is not None and cache.kept and not bounded:
+            # The values a coalescing buffer (or a forked child's region) keeps as they
+            # are, under one lock; the rest (a first record, a value to check or convert)
+            # take the path below.
+            items = keeper.keep_call(cache.kept, items, attributes)
         for key, value in items.items():
             try:
                 emit, emit_int, lowest = emitters[key]
@@ -231,7 +232,7 @@ def _attach(state: MetricGroup, meter: Any) -> MeterCache | None:
                     cache = meters[meter_id] = MeterCache(ref)
                     cache.inherited = inherited
                     cache.finished = finished
-                    cache.buffer = buffer
+                    cache.buffer = cache.keeper = buffer
             return cache
     state.warnings.warn(
         ("meter", type(meter).__qualname__),
@@ -392,11 +393,16 @@ def _child_emitter(  # pragma: no cover - runs in forked children, which coverag
             state.name,
         )
         return None
+    # The region's writer takes a call's values of this instrument at once.
+    keeper = _forked_children.keeper_of(record)
     with _registry.lock:
         entry = cache.emitters.get(spec.key)
         if entry is None and not cache.finished:
             entry = cache.emitters[spec.key] = _emitter(state, spec, record)
             cache.child = True
+            if keeper is not None:
+                cache.keeper = keeper[0]
+                cache.kept[spec.key] = (keeper[1], entry[2])
     return entry
 
 

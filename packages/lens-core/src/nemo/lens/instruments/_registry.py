@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
 
 from nemo.lens import _fork_hooks
 from nemo.lens._warn_once import WarnOnce
@@ -19,13 +19,26 @@ from nemo.lens.errors import LensTypeError, LensValueError
 from nemo.lens.instruments._spec import MetricSpec
 
 if TYPE_CHECKING:
-    from nemo.lens.instruments._coalesce import CoalescingBuffer, PendingInstrument
+    from nemo.lens.instruments._coalesce import CoalescingBuffer
 
 _logger = logging.getLogger(__name__)
 
 #: How `record_metrics` records one key: the record method for a float, the one for an
 #: int (for counters, behind the int64 guard), and the lowest value of the kind.
 Emitter: TypeAlias = tuple[Callable[..., object], Callable[..., object], int]
+
+
+class Keeper(Protocol):
+    """What takes a `record_metrics` call's values at once (`MeterCache.keeper`)."""
+
+    def keep_call(
+        self,
+        kept: Mapping[str, tuple[Any, float]],
+        items: Mapping[Any, Any],
+        attributes: Mapping[str, object] | None,
+    ) -> dict[Any, Any]:
+        """Keep what it can of `items`; return the rest."""
+        ...
 
 
 class MeterCache:
@@ -39,6 +52,7 @@ class MeterCache:
         "failed",
         "finished",
         "inherited",
+        "keeper",
         "kept",
         "ref",
         "silent",
@@ -53,9 +67,12 @@ class MeterCache:
         #: The same, each wrapped to apply the cardinality limit (with the attribute sets
         #: its instrument has seen): used for calls with attributes while a limit is set.
         self.bounded: dict[str, Emitter] = {}
-        #: key -> its coalescing buffer's instrument and the lowest value of its kind, for
-        #: keys whose values `record_metrics` keeps in that buffer (see `buffer`).
-        self.kept: dict[str, tuple[PendingInstrument, float]] = {}
+        #: key -> its instrument in `keeper` and the lowest value of its kind, for keys
+        #: whose values `record_metrics` hands `keeper` a call at a time.
+        self.kept: dict[str, tuple[Any, float]] = {}
+        #: What takes those values (`keep_call`): the coalescing buffer (`buffer`), or in
+        #: a forked child its shared region's writer; None while nothing does.
+        self.keeper: Keeper | None = None
         #: keys whose instrument could not be created on this meter.
         self.failed: set[str] = set()
         #: True in a forked child for a meter the parent recorded on: never recorded
@@ -114,6 +131,7 @@ def _drop_inherited_instruments() -> None:
             cache.kept = {}
             cache.inherited = True
             cache.buffer = None
+            cache.keeper = None
             cache.child = False
             cache.silent = False
 

@@ -275,3 +275,21 @@ def test_an_interval_handed_into_an_aggregation_another_value_reached_adds_the_r
         assert point == (4, ("int", 2055), tuple(expected), bounds, ("int", 0), ("int", 2000))
     finally:
         provider.shutdown()
+
+
+def test_a_histograms_int_reaching_the_sdk_at_once_stays_an_int() -> None:
+    """A histogram has no int64 guard (the SDK keeps no int sum of it that OTLP carries
+    as an int): its ints that reach the SDK at once, under attributes no series key
+    holds, are never turned into floats, as a sum's are past int64."""
+    recorded: list[object] = []
+
+    class Histogram:
+        def record(self, value: float, attributes: object = None) -> None:
+            recorded.append(value)
+
+    buffer = _coalesce.CoalescingBuffer(single_reader=True)
+    keep = buffer.instrument(Histogram(), "record", "histogram").keep
+    for _ in range(3):
+        keep(2**62, {"ids": [1, 2]})
+    assert recorded == [2**62] * 3
+    assert [type(value) for value in recorded] == [int, int, int]

@@ -624,8 +624,8 @@ class PendingInstrument:
         if not self.buffer.keep_call(self._as_kept, {"": value}, attributes):
             return
         # A set no series key can hold, or a negative value for a counter (whose held room
-        # counts on none): the SDK decides, at once.
-        if type(value) is int and not self.last_wins:
+        # counts on none): the SDK decides, at once (a sum's int behind the int64 guard).
+        if type(value) is int and not self.last_wins and not self.histogram:
             if self.passed_int64:
                 value = float(value)
             else:

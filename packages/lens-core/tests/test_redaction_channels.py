@@ -164,6 +164,58 @@ def test_spans_and_points_without_secrets_are_handed_on_unchanged() -> None:
     assert redacted_metrics(data) is data
 
 
+def test_remembered_plain_point_keys_never_let_a_secret_or_an_exception_text_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Metric redaction remembers the point keys that hide nothing (one set comparison per
+    point); a point with a secret key or an exception text is still redacted after many
+    plain collections, and once the memory is full, new keys are still tested."""
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from nemo.lens._sdk import _redacting
+
+    monkeypatch.setattr(_redacting, "_plain_point_keys", set())
+    monkeypatch.setattr(_redacting, "_PLAIN_POINT_KEYS_MAX", 3)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    counter = provider.get_meter("plain-keys").create_counter("plain.keys")
+
+    def collect_redacted(attributes: dict[str, Any]) -> dict[str, Any]:
+        counter.add(1, attributes)
+        data = reader.get_metrics_data()
+        assert data is not None
+        redacted = _redacting.redacted_metrics(data)
+        [point] = [
+            point
+            for resource in redacted.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            for point in metric.data.data_points
+            if point.attributes and set(point.attributes) == set(attributes)
+        ]
+        return dict(point.attributes)
+
+    plain = {"phase": "train", "rank": 0}
+    for _ in range(3):
+        assert collect_redacted(plain) == plain
+    assert _redacting._plain_point_keys == {"phase", "rank"}
+    assert collect_redacted({"phase": "eval", "api_key": SECRET}) == {
+        "phase": "eval",
+        "api_key": REDACTED,
+    }
+    hidden = collect_redacted({"rank": 1, "exception.message": f"password={SECRET}"})
+    assert hidden == {"rank": 1, "exception.message": f"password={REDACTED}"}
+    # Full after one more plain key: later keys are tested each time, never remembered.
+    assert collect_redacted({"stage": "a"}) == {"stage": "a"}
+    assert collect_redacted({"shard": "b"}) == {"shard": "b"}
+    assert _redacting._plain_point_keys == {"phase", "rank", "stage"}
+    assert collect_redacted({"shard": "c", "password": SECRET}) == {
+        "shard": "c",
+        "password": REDACTED,
+    }
+    provider.shutdown()
+
+
 def test_a_span_subclass_with_computed_attributes_is_redacted() -> None:
     """A span object whose class computes its attributes (not the SDK's own ReadableSpan)
     is redacted by what its properties return, not by the containers it holds."""

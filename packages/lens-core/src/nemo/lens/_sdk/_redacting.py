@@ -43,7 +43,7 @@ from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, Status, StatusCode
 
 from nemo.lens import _otel_internals
-from nemo.lens._redaction import redact_text, redacted_mapping
+from nemo.lens._redaction import DEFAULT_ENTRIES, matches, redact_text, redacted_mapping
 from nemo.lens._sdk._forwarding import Forwarding
 from nemo.lens._warn_once import WarnOnce
 
@@ -270,9 +270,36 @@ def redacted_metrics(data: MetricsData) -> MetricsData:
     return dataclasses.replace(data, resource_metrics=resource_metrics) if changed else data
 
 
+#: Point attribute keys found to hide nothing (not secret, not an exception text), so a
+#: collection tests most points in one set comparison; bounded, past it keys are tested.
+_plain_point_keys: set[str] = set()
+_PLAIN_POINT_KEYS_MAX: Final = 4096
+
+
+def _hides_nothing(attributes: Mapping[str, Any]) -> bool:
+    """True when no key of point `attributes` is secret or an exception text."""
+    keys = attributes.keys()
+    if keys <= _plain_point_keys:
+        return True
+    for key in keys:
+        if type(key) is not str or key in EXCEPTION_TEXT_KEYS or matches(key, DEFAULT_ENTRIES):
+            return False
+    if len(_plain_point_keys) < _PLAIN_POINT_KEYS_MAX:
+        _plain_point_keys.update(keys)
+    return True
+
+
 def _redacted_metric(metric: Metric) -> Metric:
     points = getattr(metric.data, "data_points", ())
-    hidden = [redacted_attributes(point.attributes) for point in points]
+    plain = _plain_point_keys
+    if all(not point.attributes or point.attributes.keys() <= plain for point in points):
+        return metric
+    hidden = [
+        None
+        if not point.attributes or _hides_nothing(point.attributes)
+        else redacted_attributes(point.attributes)
+        for point in points
+    ]
     if all(attributes is None for attributes in hidden):
         return metric
     is_gauge = isinstance(metric.data, Gauge)

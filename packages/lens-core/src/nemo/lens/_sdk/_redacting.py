@@ -14,6 +14,8 @@ bridge (a record's `extra`), a meter's caller.
 - Metrics (`redact_collections`): point attributes, in what every collection returns, so
   push readers, Prometheus's pull reader and injected readers all see the same; two
   series that differ only in a secret value become one series, their points merged.
+  The point keys found to hide nothing are remembered (a bounded set), so a collection
+  tests most points in one set comparison.
 - The resource (`redacted_resource`): once, where `nemo.lens._sdk._pipeline.build_resource`
   builds it, after the SDK merged `OTEL_RESOURCE_ATTRIBUTES` in.
 

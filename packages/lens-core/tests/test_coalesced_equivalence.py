@@ -33,13 +33,17 @@ from opentelemetry.sdk.metrics import (
     ObservableUpDownCounter,
     UpDownCounter,
 )
-from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    InMemoryMetricReader,
+    NumberDataPoint,
+)
 from opentelemetry.sdk.resources import Resource
 
-from nemo.lens import MetricSpec, record_metrics, register_metric_group
+from nemo.lens import MetricSpec, _otel_internals, record_metrics, register_metric_group
 from nemo.lens._process import BuiltHere
 from nemo.lens._sdk import _coalescing
-from nemo.lens.instruments import _cardinality, _coalesce
+from nemo.lens.instruments import _cardinality, _coalesce, _hand_over
 
 GROUP = "equivalence"
 SPECS = [
@@ -224,17 +228,22 @@ def test_coalesced_recording_exports_what_direct_recording_exports(
         lens_provider.shutdown()
 
 
-def test_gauges_and_sums_are_buffered_and_histograms_recorded_directly() -> None:
-    """Before a collection the gauge and counter wait in lens's buffer; the histogram is
-    already in the SDK (what makes the equivalence above a test of coalescing)."""
+def test_values_of_series_the_sdk_holds_wait_in_the_buffer() -> None:
+    """New series reach the SDK at once; once it holds them, the gauge's, the counter's
+    and the histogram's values wait in lens's buffer until a collection (what makes the
+    equivalence above a test of coalescing)."""
     register_metric_group(GROUP, SPECS)
     provider, meter, readers = build(("cumulative",), coalesced=True)
     try:
         record_metrics(meter, GROUP, g=1.5, c=2, h=3.0)
         buffer = _coalesce.buffer_for(meter)
         assert buffer is not None
+        # Only the counter's mark: its new series stays direct for the interval.
+        assert [entry[0] for _, entry in buffer.buffered_entries()] == [_hand_over.HANDED_OVER]
+        exported(readers[0])
+        record_metrics(meter, GROUP, g=1.5, c=2, h=3.0)
         pending = {id(instrument) for instrument, _ in buffer.buffered_entries()}
-        assert len(pending) == 2
+        assert len(pending) == 3
         names = set(exported(readers[0]))
         assert names == {"eq.gauge", "eq.counter", "eq.histogram"}
         assert buffer.buffered_entries() == []
@@ -246,8 +255,11 @@ def test_with_two_readers_only_gauges_are_buffered() -> None:
     """A second reader collecting at other moments would sum buffered floats in another
     grouping than direct recording, so sums stay direct there."""
     register_metric_group(GROUP, SPECS)
-    provider, meter, _ = build(("cumulative", "delta"), coalesced=True)
+    provider, meter, readers = build(("cumulative", "delta"), coalesced=True)
     try:
+        record_metrics(meter, GROUP, g=1.5, c=2, u=1, h=3.0)
+        for reader in readers:
+            exported(reader)
         record_metrics(meter, GROUP, g=1.5, c=2, u=1, h=3.0)
         buffer = _coalesce.buffer_for(meter)
         assert buffer is not None
@@ -256,82 +268,169 @@ def test_with_two_readers_only_gauges_are_buffered() -> None:
         provider.shutdown()
 
 
+def gauge_values(reader: InMemoryMetricReader, into: dict[int, float]) -> None:
+    """Collect; note each exported point of `eq.gauge` as its shard's latest value."""
+    data = reader.get_metrics_data()
+    for resource_metrics in () if data is None else data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                if metric.name == "eq.gauge":
+                    for point in metric.data.data_points:
+                        shard = (point.attributes or {}).get("shard")
+                        if isinstance(shard, int) and isinstance(point, NumberDataPoint):
+                            into[shard] = float(point.value)
+
+
+def sdk_forgets_delta_series() -> bool:
+    """True on a release that forgets delta series at each collection (1.45.2 and newer):
+    it replaces its mapping of a counter's series to their aggregations there."""
+    reader = InMemoryMetricReader(preferred_temporality=_DELTA)
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    try:
+        counter = provider.get_meter("forgets").create_counter("forgets")
+        counter.add(1)
+        match = _otel_internals.series_match(counter, "counter")
+        assert match is not None
+        before = match.aggregations()
+        reader.get_metrics_data()
+        return match.aggregations() is not before
+    finally:
+        provider.shutdown()
+
+
 @pytest.mark.parametrize("setup", [("cumulative",), ("delta",)], ids=["cumulative", "delta"])
-def test_series_recorded_once_an_interval_go_direct_and_export_the_same(
+def test_new_series_reach_the_sdk_at_once_and_held_ones_go_into_their_aggregations(
     setup: tuple[str, ...],
 ) -> None:
-    """Where most of an interval's many series got one value, new series go to the SDK at
-    once (the hand-over would only add to that cost); the points stay those of direct
-    recording through the switch, the direct intervals, each re-measuring interval, and
-    back when the series get many values again."""
+    """A series new to the SDK reaches it at once (the SDK makes it at record time, as
+    without lens); the values of one it holds are buffered and handed into its
+    aggregation at the collection, without an SDK call. The points stay those of direct
+    recording with old and new series each interval, one value each or three."""
     register_metric_group(GROUP, SPECS)
     direct_provider, direct_meter, direct_readers = build(setup, coalesced=False)
     lens_provider, lens_meter, lens_readers = build(setup, coalesced=True)
     buffer = _coalesce.buffer_for(lens_meter)
     assert buffer is not None
-    modes: list[bool] = []
-    histogram_modes: list[bool] = []
+    forgotten = setup == ("delta",) and sdk_forgets_delta_series()
+    first = {"g": 0.5, "c": 1, "h": 1.0}
+    record_metrics(direct_meter, GROUP, first, attributes={"shard": -1})
+    record_metrics(lens_meter, GROUP, first, attributes={"shard": -1})
+    calls: dict[str, int] = {}
+    sdk_record = {pending.name: pending.record for pending in buffer._pending.values()}
+    for pending in buffer._pending.values():
+
+        def counted(value: Any, attributes: Any = None, *, name: str = pending.name) -> None:
+            calls[name] = calls.get(name, 0) + 1
+            sdk_record[name](value, attributes)
+
+        pending.record = counted
+    held: set[int] = set()
+    held_sums: set[int] = set()
     try:
-        for interval in range(20):
-            many_values = interval >= 11  # from here on each series gets 3 values
-            for shard in range(150):
-                # Old and new series alike; a float and an int per series and interval.
-                attributes = {"shard": (shard + 40 * interval) % 400}
-                for repeat in range(3 if many_values else 1):
-                    recorded = {"g": shard * 0.1 + repeat, "c": interval + repeat, "h": 1.0}
-                    record_metrics(direct_meter, GROUP, recorded, attributes=attributes)
-                    record_metrics(lens_meter, GROUP, recorded, attributes=attributes)
+        for interval in range(12):
+            repeats = 3 if interval >= 6 else 1
+            calls.clear()
+            shards = [(shard + 40 * interval) % 400 for shard in range(150)]
+            for shard in shards:
+                for repeat in range(repeats):
+                    recorded = {"g": shard * 0.1 + repeat, "c": interval + repeat, "h": 1.5}
+                    record_metrics(direct_meter, GROUP, recorded, attributes={"shard": shard})
+                    record_metrics(lens_meter, GROUP, recorded, attributes={"shard": shard})
             for direct_reader, lens_reader in zip(direct_readers, lens_readers, strict=True):
                 assert exported(lens_reader) == exported(direct_reader)
-            pendings = buffer._pending.values()
-            modes.append(all(pending.direct for pending in pendings if not pending.histogram))
-            histogram_modes.extend(pending.direct for pending in pendings if pending.histogram)
+            new = len([shard for shard in shards if shard not in held])
+            # Where the SDK forgets (never a gauge's series), lens counts only the last
+            # interval's series as held, and each is made again by one value.
+            new_sums = len([shard for shard in shards if shard not in held_sums])
+            again = len(shards) - new_sums if forgotten else 0
+            expected = {
+                "eq.gauge": new,  # a gauge's next value is buffered
+                "eq.counter": new_sums * repeats + again,
+                "eq.histogram": new_sums * repeats + again,
+            }
+            assert {name: calls.get(name, 0) for name in expected} == expected
+            held |= set(shards)
+            held_sums = set(shards) if forgotten else held
     finally:
         direct_provider.shutdown()
         lens_provider.shutdown()
-    # Direct after the first interval; buffering for each re-measuring interval (every
-    # 8th flush), and for good once a re-measure finds the series getting many values.
-    assert modes == [True] * 8 + [False] + [True] * 8 + [False] * 3
-    # The histogram the same, an interval later: its first values go to the SDK at once
-    # (it learns the boundaries from the SDK's aggregation at the first flush).
-    assert histogram_modes == [False] + [True] * 8 + [False] + [True] * 8 + [False] * 2
 
 
-def test_a_direct_gauge_never_reports_a_value_older_than_the_last_recorded() -> None:
-    """A thread records many gauge series while another collects all along: a value sent
-    at once never lands before an older one of its series still being handed over, so
-    the value the SDK got last for each series is the one recorded last."""
+def test_the_series_lens_counts_as_held_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `KNOWN_MAX` series an instrument remembers no more: the others go to the SDK
+    at once every interval (nothing is buffered past what lens can hand over cheaply),
+    and the points stay those of direct recording."""
+    monkeypatch.setattr(_hand_over, "KNOWN_MAX", 10)
+    monkeypatch.setattr(_coalesce, "KNOWN_MAX", 10)
     register_metric_group(GROUP, SPECS)
-    provider, meter, readers = build(("cumulative",), coalesced=True)
+    direct_provider, direct_meter, direct_readers = build(("cumulative",), coalesced=False)
+    lens_provider, lens_meter, lens_readers = build(("cumulative",), coalesced=True)
+    buffer = _coalesce.buffer_for(lens_meter)
+    assert buffer is not None
+    try:
+        for interval in range(3):
+            for shard in range(30):
+                for repeat in range(2):
+                    recorded = {"g": shard + repeat * 0.5, "c": repeat + 1}
+                    record_metrics(direct_meter, GROUP, recorded, attributes={"shard": shard})
+                    record_metrics(lens_meter, GROUP, recorded, attributes={"shard": shard})
+            marks = [entry[0] is _hand_over.HANDED_OVER for _, entry in buffer.buffered_entries()]
+            if interval:  # 10 series of each kept; the counter's other 20 marked direct
+                assert (marks.count(False), marks.count(True)) == (10 + 10, 20)
+            assert exported(lens_readers[0]) == exported(direct_readers[0])
+            assert all(len(pending.known) == 10 for pending in buffer._pending.values())
+    finally:
+        direct_provider.shutdown()
+        lens_provider.shutdown()
+
+
+def test_where_the_sdk_forgets_delta_series_lens_remembers_only_the_last_intervals() -> None:
+    """A release forgetting delta series at each collection keeps only the live ones;
+    lens's memory of held series follows them (the last interval's), instead of
+    growing with every series ever seen. Elsewhere it follows the SDK's, which keeps all."""
+    register_metric_group(GROUP, SPECS)
+    provider, meter, readers = build(("delta",), coalesced=True)
     buffer = _coalesce.buffer_for(meter)
     assert buffer is not None
-    record_metrics(meter, GROUP, {"g": -1.0}, attributes={"shard": -1})
-    [pending] = buffer._pending.values()
-    sdk_set = pending.record
-    # What the SDK got last per series (older releases export only a gauge's series set
-    # in the interval, so the exported points would not show every series).
-    got: dict[int, float] = {}
+    forgotten = sdk_forgets_delta_series()
+    try:
+        for interval in range(6):
+            for shard in range(50):
+                attributes = {"shard": interval * 50 + shard}  # new series every interval
+                record_metrics(meter, GROUP, {"c": 1}, attributes=attributes)
+                record_metrics(meter, GROUP, {"c": 2}, attributes=attributes)
+            exported(readers[0])
+        [pending] = buffer._pending.values()
+        assert pending.forgets is forgotten
+        assert len(pending.known) == (50 if forgotten else 300)
+    finally:
+        provider.shutdown()
 
-    def set_and_note(value: float, attributes: Any = None) -> None:
-        got[attributes["shard"]] = value
-        sdk_set(value, attributes)
 
-    pending.record = set_and_note
+def test_the_value_exported_last_is_the_one_recorded_last() -> None:
+    """A thread sets many gauge series, new ones and ones the SDK holds, while another
+    collects all along: a value sent at once never lands before an older one of its
+    series still being handed over, nor a handed-over one after a newer one, so the
+    value exported last for each series is the one recorded last."""
+    register_metric_group(GROUP, SPECS)
+    provider, meter, readers = build(("cumulative",), coalesced=True)
+    exported_last: dict[int, float] = {}
     last: dict[int, float] = {}
     done = threading.Event()
 
     def record() -> None:
-        for step in range(60):
-            for shard in range(200):
+        for step in range(40):
+            for index in range(100):
+                shard = index if index % 2 else step * 100 + index  # half new each step
                 if (shard + step) % 3:  # most series once, some skipped, each step
-                    value = float(step * 1000 + shard)
+                    value = float(step * 1000 + index)
                     record_metrics(meter, GROUP, {"g": value}, attributes={"shard": shard})
                     last[shard] = value
             time.sleep(0)
 
     def collect() -> None:
         while not done.is_set():
-            readers[0].get_metrics_data()
+            gauge_values(readers[0], exported_last)
 
     recorder = threading.Thread(target=record)
     collector = threading.Thread(target=collect)
@@ -341,16 +440,16 @@ def test_a_direct_gauge_never_reports_a_value_older_than_the_last_recorded() -> 
         recorder.join(60)
         done.set()
         collector.join(60)
-        readers[0].get_metrics_data()
-        assert {shard: value for shard, value in got.items() if shard >= 0} == last
+        gauge_values(readers[0], exported_last)
+        assert exported_last == last
     finally:
         provider.shutdown()
 
 
-def test_a_series_being_handed_over_is_buffered_even_while_direct() -> None:
+def test_a_series_being_handed_over_is_buffered_even_with_one_thread() -> None:
     """A new value of a series whose older value a flush is still handing over waits in
-    the buffer, though its instrument records new series directly: sent at once, it
-    would reach the SDK first, and the older value would overwrite it."""
+    the buffer, though one thread records and the SDK holds no series of it: sent at
+    once, it would reach the SDK first, and the older value would overwrite it."""
     register_metric_group(GROUP, SPECS)
     provider, meter, readers = build(("cumulative",), coalesced=True)
     buffer = _coalesce.buffer_for(meter)
@@ -358,17 +457,23 @@ def test_a_series_being_handed_over_is_buffered_even_while_direct() -> None:
     handing_over, release = threading.Event(), threading.Event()
     sent: list[tuple[int, float]] = []
     try:
-        record_metrics(meter, GROUP, g=5.0, attributes={"shard": 0})  # buffered
+        # Buffered, new to the SDK: a second thread kept a value meanwhile.
+        other = threading.Thread(target=record_metrics, args=(meter, GROUP), kwargs={"g": 0.0})
+        other.start()
+        other.join(10)
+        record_metrics(meter, GROUP, g=5.0, attributes={"shard": 0})
         [pending] = buffer._pending.values()
         sdk_set = pending.record
 
         def set_and_note(value: float, attributes: Any = None) -> None:
-            sent.append((attributes["shard"], value))
+            if attributes:
+                sent.append((attributes["shard"], value))
             sdk_set(value, attributes)
 
         def slow_set(value: float, attributes: Any = None) -> None:
-            handing_over.set()
-            release.wait(10)
+            if attributes:
+                handing_over.set()
+                release.wait(10)
             set_and_note(value, attributes)
 
         pending.record = slow_set
@@ -376,14 +481,16 @@ def test_a_series_being_handed_over_is_buffered_even_while_direct() -> None:
         collector.start()
         assert handing_over.wait(10)
         pending.record = set_and_note  # the hand-over under way keeps the slow one
-        pending.direct = True  # as if the series of its earlier intervals went direct
+        buffer.threaded = False  # as at the end of that flush, once threads are counted
         record_metrics(meter, GROUP, g=7.0, attributes={"shard": 0})
         record_metrics(meter, GROUP, g=1.0, attributes={"shard": 1})  # not in flight
         release.set()
         collector.join(10)
         assert [entry[0] for _, entry in buffer.buffered_entries()] == [7.0]
-        readers[0].get_metrics_data()
-        assert sent == [(1, 1.0), (0, 5.0), (0, 7.0)]
+        values: dict[int, float] = {}
+        gauge_values(readers[0], values)
+        assert sent == [(1, 1.0), (0, 5.0)]  # 7.0 went into the series' aggregation
+        assert values[0] == 7.0
     finally:
         release.set()
         provider.shutdown()

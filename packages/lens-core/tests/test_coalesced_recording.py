@@ -41,7 +41,7 @@ from nemo.lens import (
     register_metric_group,
     setup_telemetry,
 )
-from nemo.lens.instruments import _coalesce
+from nemo.lens.instruments import _coalesce, _hand_over
 from nemo.lens.testing import isolated_telemetry
 
 GROUP = "coalesced"
@@ -77,10 +77,14 @@ def values_of(data: MetricsData | None, name: str) -> list[Any]:
     return [getattr(point, "value", None) for point in points_of(data, name)]
 
 
-def pending_series(handle: TelemetryHandle) -> int:
+def buffered(handle: TelemetryHandle) -> list[tuple[_coalesce.PendingInstrument, list[Any]]]:
     buffer = _coalesce.buffer_for(handle.meter)
     assert buffer is not None
-    return len(buffer.buffered_entries())
+    return buffer.buffered_entries()
+
+
+def pending_series(handle: TelemetryHandle) -> int:
+    return len(buffered(handle))
 
 
 @pytest.fixture(autouse=True)
@@ -106,13 +110,18 @@ def test_setup_meters_coalesce_and_other_meters_record_directly() -> None:
         assert _coalesce.buffer_for(handle.meter) is not None
         assert _coalesce.buffer_for(handle.get_meter("another.scope")) is not None
         assert _coalesce.buffer_for(own.get_meter("not.lens")) is None
+        # New series reach the SDK at once, as direct recording sends them; only the
+        # counter's entry stays, marking its series direct for the rest of the interval.
         record_metrics(handle.meter, GROUP, loss=0.5, tokens=3, step_ms=2.0)
-        # The gauge and the counter; not the histogram, direct in its first interval.
-        assert pending_series(handle) == 2
+        assert [entry[0] for _, entry in buffered(handle)] == [_hand_over.HANDED_OVER]
+        assert values_of(reader.get_metrics_data(), "co.loss") == [0.5]
+        # Series the SDK holds are buffered: the gauge, the counter and the histogram.
+        record_metrics(handle.meter, GROUP, loss=0.25, tokens=3, step_ms=2.0)
+        assert pending_series(handle) == 3
         # A reader sees the values right after record_metrics, as with direct recording.
         data = reader.get_metrics_data()
-        assert values_of(data, "co.loss") == [0.5]
-        assert values_of(data, "co.tokens") == [3]
+        assert values_of(data, "co.loss") == [0.25]
+        assert values_of(data, "co.tokens") == [6]
         assert pending_series(handle) == 0
     finally:
         own.shutdown()
@@ -141,9 +150,11 @@ def test_flushed_series_leave_the_buffer() -> None:
     handle, reader = in_memory_setup()
     try:
         for sample in range(200):
-            record_metrics(handle.meter, GROUP, loss=1.0, attributes={"sample": sample})
+            # A new series' first value goes to the SDK at once; its second is buffered.
+            for loss in (1.0, 2.0):
+                record_metrics(handle.meter, GROUP, loss=loss, attributes={"sample": sample})
         assert pending_series(handle) == 200
-        reader.get_metrics_data()
+        assert set(values_of(reader.get_metrics_data(), "co.loss")) == {2.0}
         assert pending_series(handle) == 0
     finally:
         handle.shutdown()
@@ -434,9 +445,10 @@ def test_values_recorded_at_exit_after_a_collection_are_exported() -> None:
 
 
 def test_a_thread_recording_during_a_hand_over_never_overtakes_an_older_value() -> None:
-    """Direct mode is off while several threads keep values: a new thread that sets a gauge
-    series during the hand-over of an interval two threads filled (both ended since)
-    waits for the next flush instead of overtaking the older value."""
+    """A new series goes to the SDK at once only while one thread keeps values: a new
+    thread that sets a gauge series (new to the SDK) during the hand-over of an interval
+    two threads filled (both ended since) waits for the next flush instead of overtaking
+    the older value."""
     sent: list[float] = []
     during_hand_over: list[Any] = []
 
@@ -471,7 +483,7 @@ def test_a_thread_recording_during_a_hand_over_never_overtakes_an_older_value() 
     first.start()
     assert recorded.wait(30)
     buffer.flush()
-    assert pending.direct  # 150 series, each set once, by one thread
+    assert len(pending.known) == 150  # each sent at once, by the one thread
     in_thread((0.5, "x"))  # a second thread: buffered from now on
     go_on.set()
     first.join(30)
@@ -537,6 +549,8 @@ def test_a_forked_child_starts_empty_and_never_flushes_the_parent_values() -> No
     what the child records reaches the parent's next collection beside it."""
     handle, reader = in_memory_setup(preferred_temporality=DELTA)
     try:
+        record_metrics(handle.meter, GROUP, tokens=0)
+        reader.get_metrics_data()  # the SDK holds the series: its next value is buffered
         record_metrics(handle.meter, GROUP, tokens=4)  # pending in the parent at the fork
         parent_buffer = _coalesce.buffer_for(handle.meter)
         assert parent_buffer is not None
@@ -582,6 +596,8 @@ def test_coalesced_values_get_no_exemplars_even_when_collected_inside_a_span() -
     handle, reader = in_memory_setup()
     tracer = TracerProvider().get_tracer("exemplars")
     try:
+        record_metrics(handle.meter, GROUP, loss=0.5, tokens=1, step_ms=1.0)
+        reader.get_metrics_data()  # the SDK holds the series: their values are buffered
         with tracer.start_as_current_span("step"):
             record_metrics(handle.meter, GROUP, loss=1.0, tokens=1, step_ms=5.0)
             data = reader.get_metrics_data()
@@ -593,8 +609,7 @@ def test_coalesced_values_get_no_exemplars_even_when_collected_inside_a_span() -
         }
         if not hasattr(points["co.step_ms"], "exemplars"):
             pytest.skip("this SDK release samples no exemplars")
-        # A histogram's first interval is direct (lens learns its boundaries from it).
-        assert points["co.step_ms"].exemplars
+        assert not points["co.step_ms"].exemplars
         assert not points["co.loss"].exemplars
         assert not points["co.tokens"].exemplars
     finally:
@@ -660,10 +675,12 @@ def test_a_set_without_a_series_key_reaches_the_sdk_at_once() -> None:
     buffer = _coalesce.CoalescingBuffer(single_reader=True)
     record = buffer.instrument(Recording(), "set", "gauge").keep
     record(1.0, {"ids": [1, 2]})
-    record(2.0, {"ids": (1, 2)})
-    assert recorded == [(1.0, {"ids": [1, 2]})]
+    record(2.0, {"ids": (1, 2)})  # a new series: at once too
+    record(3.0, {"ids": (1, 2)})  # one the instrument holds: buffered
+    record(4.0, {"ids": [1, 2]})  # never buffered
+    assert recorded == [(1.0, {"ids": [1, 2]}), (2.0, {"ids": (1, 2)}), (4.0, {"ids": [1, 2]})]
     buffer.flush()
-    assert recorded == [(1.0, {"ids": [1, 2]}), (2.0, {"ids": (1, 2)})]
+    assert recorded[3:] == [(3.0, {"ids": (1, 2)})]
 
 
 def test_an_sdk_meter_without_a_consumer_is_recorded_directly() -> None:
@@ -701,11 +718,15 @@ def test_the_cardinality_limit_bounds_what_the_buffer_holds() -> None:
         metric_reader=reader,
     )
     try:
-        for rank in range(50):
-            record_metrics(handle.meter, GROUP, loss=0.5, tokens=1, attributes={"rank": rank})
-        assert pending_series(handle) == 2 * (5 + 1)
-        data = reader.get_metrics_data()
+        # The first interval's series are new to the SDK and go to it at once; in the
+        # second, the SDK holds them all and they are buffered.
+        for interval in range(2):
+            for rank in range(50):
+                record_metrics(handle.meter, GROUP, loss=0.5, tokens=1, attributes={"rank": rank})
+            if interval:
+                assert pending_series(handle) == 2 * (5 + 1)
+            data = reader.get_metrics_data()
         assert len(points_of(data, "co.loss")) == 6
-        assert sorted(values_of(data, "co.tokens")) == [1, 1, 1, 1, 1, 45]
+        assert sorted(values_of(data, "co.tokens")) == [2, 2, 2, 2, 2, 90]
     finally:
         handle.shutdown()

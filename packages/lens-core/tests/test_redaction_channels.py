@@ -193,7 +193,7 @@ def test_remembered_plain_point_keys_never_let_a_secret_or_an_exception_text_thr
             for point in metric.data.data_points
             if point.attributes and set(point.attributes) == set(attributes)
         ]
-        return dict(point.attributes)
+        return dict(point.attributes or {})
 
     plain = {"phase": "train", "rank": 0}
     for _ in range(3):

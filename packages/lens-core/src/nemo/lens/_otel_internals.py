@@ -4,7 +4,7 @@ lens needs a few of them: the metrics proxy types (to skip a proxy with nothing 
 on the recording path), the reader's collection callback (to gate collections across
 `fork()`), the API's set-once globals (so `nemo.lens.testing` can forget a provider), an
 ended span's own containers (so export reads them without the copies the public
-properties make), and a histogram's per-series aggregations (so a coalesced histogram's
+properties make), and an instrument's per-series aggregations (so a coalesced series'
 interval is handed over in one step, not value by value).
 A release may rename any of these without notice, so `missing_internals()` lists the
 module-level ones this install lacks, and `test_coalesced_histograms.py` finds the
@@ -58,15 +58,25 @@ SDK_INSTRUMENT_CLASS_BY_KIND: Final = {
     "up_down_counter": "_UpDownCounter",
 }
 
-#: The SDK's explicit-bucket histogram aggregation, by class name: a coalesced histogram's
-#: interval is handed into its state (`add_histogram_interval`), found from the instrument
-#: through its consumer's reader storages, a storage's view matches per instrument and a
-#: match's aggregations per series (keyed by the SDK's `_hash_attributes` where the
-#: release has it, else by `frozenset(attributes.items())`). The interval's bucket counts
-#: are `_value` (`_current_value` in older releases, 1.23 among them).
-HISTOGRAM_AGGREGATION_CLASS: Final = "_ExplicitBucketHistogramAggregation"
-HISTOGRAM_COUNTS: Final = ("_value", "_current_value")
-#: The exemplar filter that samples every value: a histogram under it is never coalesced.
+#: The SDK's aggregations of a synchronous instrument's series, by class name and by the
+#: lens kind whose values they aggregate: a coalesced series' interval is handed into its
+#: state (`SeriesMatch.add_to_sum`, `SeriesMatch.set_last_value`, `add_histogram_interval`),
+#: found from the instrument through its consumer's reader storages, a storage's view
+#: matches per instrument and a match's aggregations per series (keyed by the SDK's
+#: `_hash_attributes` where the release has it, else by `frozenset(attributes.items())`).
+AGGREGATION_CLASS_BY_KIND: Final = {
+    "counter": "_SumAggregation",
+    "up_down_counter": "_SumAggregation",
+    "gauge": "_LastValueAggregation",
+    "histogram": "_ExplicitBucketHistogramAggregation",
+}
+HISTOGRAM_AGGREGATION_CLASS: Final = AGGREGATION_CLASS_BY_KIND["histogram"]
+#: Where an aggregation holds its interval: a sum's running value or a histogram's bucket
+#: counts are `_value` (`_current_value` in older releases, 1.23 among them); a last
+#: value is `_value` in every release.
+AGGREGATION_STATE: Final = ("_value", "_current_value")
+#: The exemplar filter that samples every value: an instrument under it is never handed
+#: over into its aggregations (its values must each reach the SDK to be sampled).
 ALWAYS_ON_EXEMPLAR_FILTER: Final = "AlwaysOnExemplarFilter"
 
 ProxyMeter: Final[type] = _metrics_api._ProxyMeter
@@ -207,36 +217,56 @@ def forget_global_logger_provider() -> None:
     logs_api._LOGGER_PROVIDER_SET_ONCE = Once()
 
 
-class HistogramMatch:
-    """Where an SDK histogram instrument keeps its series' aggregations, and their
-    `boundaries`. Made by `histogram_match`."""
+class SeriesMatch:
+    """Where an SDK instrument keeps its series' aggregations: found by `series_match`.
 
-    __slots__ = ("_key", "_match", "boundaries")
+    The SDK keeps them in one mapping per instrument, from its key of a series'
+    attributes to the series' aggregation, which it never changes once set; a release
+    that forgets delta series replaces the whole mapping at each collection instead. So
+    an aggregation found in the mapping `aggregations()` returns stays the series' own
+    for as long as that mapping is the current one.
+    """
 
-    def __init__(self, match: Any, boundaries: tuple[float, ...]) -> None:
+    __slots__ = ("_key", "_match", "add_to_sum", "boundaries", "set_last_value")
+
+    def __init__(self, match: Any, aggregation: Any) -> None:
         self._match = match
         module = sys.modules.get(type(match).__module__)
         self._key: Callable[[dict[str, Any]], Any] = getattr(
             module, "_hash_attributes", _frozen_items
         )
-        self.boundaries = boundaries
+        state = next(name for name in AGGREGATION_STATE if hasattr(aggregation, name))
+        #: What a sum's or a last value's `aggregate` does with a value: added to the
+        #: interval's sum (from 0), or made the value.
+        self.add_to_sum: Callable[[Any, float], None] = (
+            _add_to_value if state == "_value" else _add_to_current_value
+        )
+        self.set_last_value: Callable[[Any, float], None] = _set_value
+        #: A histogram's bucket boundaries; None for a sum or a last value.
+        bounds = getattr(aggregation, "_boundaries", None)
+        self.boundaries: tuple[float, ...] | None = None if bounds is None else tuple(bounds)
 
-    def aggregation(self, attributes: Mapping[str, Any] | None) -> Any:
-        """The aggregation of the series `attributes` record on, or None while it has none
-        (read afresh: a release that forgets delta series replaces the mapping)."""
-        key = self._key(dict(attributes) if attributes else {})
-        return self._match._attributes_aggregation.get(key)
+    def aggregations(self) -> Mapping[Any, Any]:
+        """The SDK's current mapping of this instrument's series to their aggregations."""
+        mapping: Mapping[Any, Any] = self._match._attributes_aggregation
+        return mapping
+
+    def find(self, aggregations: Mapping[Any, Any], attributes: Mapping[str, Any] | None) -> Any:
+        """The aggregation of the series `attributes` record on, in `aggregations` (what
+        `aggregations()` returned), or None while the SDK holds none for it."""
+        return aggregations.get(self._key(dict(attributes) if attributes else {}))
 
 
 def _frozen_items(attributes: dict[str, Any]) -> frozenset[Any]:
     return frozenset(attributes.items())
 
 
-def histogram_match(instrument: object) -> HistogramMatch | None:
-    """Where histogram `instrument`'s series are aggregated, when lens can hand them whole
-    intervals: its provider has one reader, whose storage has one view match for it,
-    filtering no attribute, with an explicit-bucket aggregation holding a series already,
-    and values are not all exemplar candidates. None otherwise (ask again later)."""
+def series_match(instrument: object, kind: str) -> SeriesMatch | None:
+    """Where `instrument` (of lens kind `kind`) aggregates its series, when lens can hand
+    intervals into their state: its provider has one reader, whose storage has one view
+    match for it, filtering no attribute, whose aggregation (of a series it holds
+    already) is the SDK's default one for `kind`, and values are not all exemplar
+    candidates. None otherwise (ask again later)."""
     try:
         consumer = getattr(instrument, MEASUREMENT_CONSUMER)
         config = getattr(consumer, "_sdk_config", None)
@@ -253,13 +283,30 @@ def histogram_match(instrument: object) -> HistogramMatch | None:
         if match._view._attribute_keys is not None:
             return None
         aggregation: Any = next(iter(list(match._attributes_aggregation.values())), None)
-        if type(aggregation).__name__ != HISTOGRAM_AGGREGATION_CLASS:
+        if type(aggregation).__name__ != AGGREGATION_CLASS_BY_KIND.get(kind):
             return None
-        if not any(hasattr(aggregation, name) for name in HISTOGRAM_COUNTS):
+        if not any(hasattr(aggregation, name) for name in AGGREGATION_STATE):
             return None
-        return HistogramMatch(match, tuple(aggregation._boundaries))
+        return SeriesMatch(match, aggregation)
     except (AttributeError, TypeError, RuntimeError):
         return None
+
+
+def _add_to_value(aggregation: Any, value: float) -> None:
+    with aggregation._lock:
+        held = aggregation._value
+        aggregation._value = (0 if held is None else held) + value
+
+
+def _add_to_current_value(aggregation: Any, value: float) -> None:
+    with aggregation._lock:
+        held = aggregation._current_value
+        aggregation._current_value = (0 if held is None else held) + value
+
+
+def _set_value(aggregation: Any, value: float) -> None:
+    with aggregation._lock:
+        aggregation._value = value
 
 
 def add_histogram_interval(
@@ -278,7 +325,7 @@ def add_histogram_interval(
     as they are: the state recording each value would have left, the sum added in the same
     order. Otherwise they are added to what it holds (less `recorded`).
     """
-    name = HISTOGRAM_COUNTS[0] if hasattr(aggregation, HISTOGRAM_COUNTS[0]) else HISTOGRAM_COUNTS[1]
+    name = next(state for state in AGGREGATION_STATE if hasattr(aggregation, state))
     with aggregation._lock:
         held = getattr(aggregation, name)
         if held is None or (recorded is not None and sum(held) == 1):

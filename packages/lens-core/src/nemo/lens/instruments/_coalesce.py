@@ -10,12 +10,14 @@ instruments, series, values and per-interval presence (the interval sum is added
 order the SDK would add it, starting from 0). A histogram series keeps its interval as
 the SDK's explicit-bucket aggregation does, with the boundaries learned from it once the
 SDK holds a series (values are recorded directly until then, and where the SDK
-aggregates otherwise); `_histogram_hand_over` hands the interval over.
+aggregates otherwise). `_hand_over` hands each series over: into the SDK's aggregation
+of it where lens can reach that (a fraction of an SDK call), else by recording it.
 
-Buffering pays when a series gets many values an interval. An instrument whose many
-series mostly got one sends new series to the SDK at once instead, re-measured every few
-flushes (`PendingInstrument.choose_mode`); the SDK still gets each series' values in the
-order they were recorded.
+Only a series the SDK holds already is buffered. A series new to it (not among the
+instrument's `known` ones) goes to the SDK at once, as direct recording sends it, so the
+SDK makes the series at record time, as it would without lens, not inside a collection;
+a sum's or histogram's new series stays direct for the rest of its interval (its values
+then add up in the SDK's order), a gauge's next value is buffered.
 
 Only meters of a provider that lens's pipeline built coalesce: the pipeline registers a
 `CoalescingBuffer` for its provider and flushes it before each of its readers collects
@@ -55,7 +57,12 @@ from opentelemetry import context as otel_context
 from nemo.lens import _fork_hooks, _otel_internals
 from nemo.lens._attributes import INT64_MAX
 from nemo.lens._warn_once import WarnOnce
-from nemo.lens.instruments._histogram_hand_over import hand_over_histogram
+from nemo.lens.instruments._hand_over import (
+    HANDED_OVER,
+    KNOWN_MAX,
+    hand_over_histogram,
+    hand_over_series,
+)
 from nemo.lens.instruments._series import SeriesAttributes, keyed
 
 _logger = logging.getLogger(__name__)
@@ -125,12 +132,7 @@ class CoalescingBuffer:
         pending = self._pending.get(instrument)
         if pending is None:
             pending = self._pending[instrument] = PendingInstrument(
-                self,
-                getattr(instrument, record_name),
-                last_wins=kind == "gauge",
-                name=str(getattr(instrument, "name", "")),
-                monotonic=kind == "counter",
-                histogram_of=instrument if kind == "histogram" else None,
+                self, instrument, getattr(instrument, record_name), kind
             )
         return pending
 
@@ -208,19 +210,27 @@ class CoalescingBuffer:
                     if kept_entry is not None:
                         kept_entry[0] = value
                         kept_entry[2] = next(_order) if threaded else 1
-                    elif pending.direct and pending.may_record_now(key):
+                    elif key not in pending.known and pending.may_record_now(key):
                         direct.append((pending, value, attributes))
+                        pending.remember(key)
                     else:
                         series[key] = [value, attributes, next(_order) if threaded else 0, _NO_ROOM]
                     continue
                 if pending.histogram:
                     boundaries = pending.boundaries
-                    if boundaries is None or (
-                        kept_entry is None and pending.direct and pending.may_record_now(key)
-                    ):
+                    if boundaries is None:
                         direct.append((pending, value, attributes))
+                        if key not in pending.known:
+                            pending.remember(key)
                     elif kept_entry is None:
-                        series[key] = [None, attributes, 0 + value, value, value]
+                        if key not in pending.known and pending.may_record_now(key):
+                            direct.append((pending, value, attributes))
+                            series[key] = [HANDED_OVER, attributes, 0, 0, 0]
+                            pending.remember(key)
+                        else:
+                            series[key] = [None, attributes, 0 + value, value, value]
+                    elif kept_entry[0] is HANDED_OVER:
+                        direct.append((pending, value, kept_entry[1]))
                     else:
                         counts = kept_entry[0]
                         if counts is None:  # the second value: the first gets its bucket
@@ -238,27 +248,28 @@ class CoalescingBuffer:
                         if kept_entry is not None:
                             total = kept_entry[0]
                             if (
-                                total is not _HANDED_OVER
+                                total is not HANDED_OVER
                                 and (summed := total + value) <= kept_entry[3]
                             ):
                                 # Within the int64 room the entry holds (see `_ENTRY_ROOM`).
                                 kept_entry[0] = summed
-                                kept_entry[2] = 1
                                 continue
                         # The int64 guard (see `PendingInstrument`).
                         value = _spend_int64(shard, pending, kept_entry, value)
                     else:
                         value = float(value)
                 if kept_entry is None:
-                    if pending.direct and pending.may_record_now(key):
+                    if key not in pending.known and pending.may_record_now(key):
                         direct.append((pending, value, attributes))
+                        series[key] = [HANDED_OVER, attributes, 0, _NO_ROOM]
+                        pending.remember(key)
                     else:
                         kept_entry = series[key] = [value, attributes, 0, _NO_ROOM]
                         if type(value) is int and pending.holds_room:
                             _grant_room(budgets, pending, kept_entry)
                     continue
                 total = kept_entry[0]
-                if total is _HANDED_OVER:
+                if total is HANDED_OVER:
                     direct.append((pending, value, kept_entry[1]))
                     continue
                 if kept_entry[3] is not _NO_ROOM:  # a float joins a counter's int sum
@@ -266,7 +277,6 @@ class CoalescingBuffer:
                 summed = total + value
                 if summed - summed == 0:
                     kept_entry[0] = summed
-                    kept_entry[2] = 1
                     if type(summed) is int and pending.holds_room:
                         _grant_room(budgets, pending, kept_entry)
                     continue
@@ -331,10 +341,13 @@ class CoalescingBuffer:
             )
 
     def _hand_over(self, taken: list[_ShardSeries], failures: list[Exception]) -> None:
-        """Hand `taken` to the SDK, then let each instrument choose how its next interval's
-        new series are recorded (`PendingInstrument.choose_mode`)."""
+        """Hand `taken` to the SDK (see `_hand_over`); then each instrument not yet
+        handing intervals into the SDK's aggregations looks for them."""
         if len(taken) > 1:
             _keep_latest_gauge_values(taken)
+        for pending in list(self._pending.values()):
+            if pending.forgets:  # only this interval's series will count as held
+                pending.known = {}
         # An empty context: a collection started inside a span must not lend that span's
         # trace to exemplars of values recorded elsewhere.
         token = otel_context.attach(otel_context.Context())
@@ -343,39 +356,27 @@ class CoalescingBuffer:
             # which it adds up.
             for series_by_instrument in taken:
                 for pending, series in series_by_instrument.items():
-                    if pending.match is not None:  # a histogram
-                        again = hand_over_histogram(pending.match, pending.record, series, failures)
-                        pending.note_interval(len(series), again)
-                        continue
-                    record = pending.record
-                    recorded_again = 0
-                    for entry in series.values():
-                        value = entry[0]
-                        recorded_again += entry[2] != 0
-                        if value is _HANDED_OVER:
-                            continue
-                        try:
-                            record(value, entry[1])
-                        except Exception as exc:
-                            failures.append(exc)
-                    pending.note_interval(len(series), recorded_again)
+                    if pending.histogram:
+                        hand_over_histogram(pending, series, failures)
+                    else:
+                        hand_over_series(pending, series, failures)
         finally:
             otel_context.detach(token)
             # Several threads kept values this interval, or keep them now: buffer all.
-            threaded = self.threaded
             with self._lock:
                 self.threaded = len(self._shards) > 1
             for pending in list(self._pending.values()):
-                pending.choose_mode(threaded=threaded or self.threaded)
-                if pending.histogram and pending.boundaries is None:
-                    pending.learn_histogram()
+                pending.in_flight = None
+                if pending.match is None:
+                    pending.learn_match()
 
 
 #: One thread's buffered values: instrument -> series key -> entry. An entry is
 #: [value, attributes as first given, mark, cap]: a gauge's mark is the `_order` number of
 #: its last value once several threads keep values in the buffer; otherwise the mark is 1
-#: once the series got a second value in the interval (0 before). A counter whose sum is an
-#: int may add ints up to its cap without spending its thread's int64 budget value by
+#: once the series got a second value in the interval (0 before); a sum's is 0. A sum's
+#: value is `HANDED_OVER` while its values go to the SDK at once. A counter whose sum is
+#: an int may add ints up to its cap without spending its thread's int64 budget value by
 #: value (`_grant_room`); every other entry's cap is `_NO_ROOM`.
 _ShardSeries = dict["PendingInstrument", dict[frozenset[Any], list[Any]]]
 
@@ -430,12 +431,16 @@ class _Shard:
         instrument's taken series are in flight (see `PendingInstrument.may_record_now`)."""
         with self.lock:
             series, self.series = self.series, {}
+            budgets = self.int64_budgets
             for pending, kept in series.items():
                 pending.in_flight = kept
-                if pending.holds_room:
+                if pending.holds_room:  # the room its entries hold goes back (`_return_room`)
+                    unspent = 0
                     for entry in kept.values():
                         if entry[3] is not _NO_ROOM:
-                            _return_room(self.int64_budgets, pending, entry)
+                            unspent += entry[3] - entry[0]
+                    if unspent:
+                        budgets[pending] = budgets.get(pending, 0) + unspent
         return series
 
 
@@ -462,7 +467,7 @@ def _hand_over_overflow(
     """Finite values whose sum overflows: the SDK would sum them to an infinity itself but
     refuses an infinite value, so it gets them one by one (`direct`), for the rest of the
     interval. The shard's lock is held."""
-    total, entry[0] = entry[0], _HANDED_OVER
+    total, entry[0] = entry[0], HANDED_OVER
     direct.append((pending, total, entry[1]))
     direct.append((pending, value, entry[1]))
 
@@ -554,17 +559,18 @@ class PendingInstrument:
 
     __slots__ = (
         "_as_kept",
-        "_histogram_of",
+        "_instrument",
         "_int64_left",
-        "_last_interval",
+        "_kind",
+        "_known_in",
         "boundaries",
         "buffer",
-        "direct",
-        "direct_flushes",
+        "forgets",
         "histogram",
         "holds_room",
         "in_flight",
         "int64_lock",
+        "known",
         "last_wins",
         "match",
         "name",
@@ -573,44 +579,38 @@ class PendingInstrument:
     )
 
     def __init__(
-        self,
-        buffer: CoalescingBuffer,
-        record: Callable[..., object],
-        *,
-        last_wins: bool,
-        name: str,
-        monotonic: bool = False,
-        histogram_of: object | None = None,
+        self, buffer: CoalescingBuffer, instrument: object, record: Callable[..., object], kind: str
     ) -> None:
         self.buffer = buffer
-        self.name = name
+        self.name = str(getattr(instrument, "name", ""))
+        self._instrument = instrument
+        self._kind = kind
         #: How `keep` hands its one value to `CoalescingBuffer.keep_call`.
-        lowest = 0 if monotonic or histogram_of is not None else -_INFINITY
+        lowest = 0 if kind in ("counter", "histogram") else -_INFINITY
         self._as_kept = {"": (self, lowest)}
-        #: A histogram's: its SDK instrument, where the SDK aggregates its series
-        #: (`learn_histogram`) and those aggregations' boundaries; values are recorded
-        #: directly while `boundaries` is None.
-        self.histogram = histogram_of is not None
-        self._histogram_of = histogram_of
-        self.match: _otel_internals.HistogramMatch | None = None
+        #: Where the SDK aggregates the instrument's series, once found (`learn_match`),
+        #: and a histogram's bucket boundaries: its values are recorded directly while
+        #: `boundaries` is None.
+        self.histogram = kind == "histogram"
+        self.match: _otel_internals.SeriesMatch | None = None
         self.boundaries: tuple[float, ...] | None = None
+        #: The series the SDK holds, as far as lens saw (at most `KNOWN_MAX`), each with
+        #: its aggregation once found; the SDK mapping they were found in; and True once
+        #: the SDK replaced that mapping at a collection (it forgets its series there).
+        self.known: dict[frozenset[Any], Any] = {}
+        self._known_in: object | None = None
+        self.forgets = False
         #: A gauge's (its interval's last value wins); else a sum's (its values add up).
-        self.last_wins = last_wins
+        self.last_wins = kind == "gauge"
         #: A counter's: its values are never negative, so the sum of an entry's ints is
         #: their magnitude, and an entry may hold int64 room (see `_grant_room`).
-        self.holds_room = monotonic
+        self.holds_room = kind == "counter"
         self.record = record
         # The int64 guard: the room no thread has taken yet (under `int64_lock`), and 0,
         # 1 (passed, not yet warned) or 2 (warned).
         self.int64_lock = threading.Lock()
         self._int64_left = INT64_MAX
         self.passed_int64 = 0
-        #: True while a new series goes to the SDK at once instead of into the buffer
-        #: (see `choose_mode`), and the flushes since that began.
-        self.direct = False
-        self.direct_flushes = 0
-        #: (series, series recorded more than once) of the last interval it buffered.
-        self._last_interval = (0, 0)
         #: The series a flush has taken and not yet handed over (under a shard's lock).
         self.in_flight: dict[frozenset[Any], list[Any]] | None = None
 
@@ -635,13 +635,32 @@ class PendingInstrument:
                         value = float(value)
         self.record(value, attributes)
 
-    def learn_histogram(self) -> None:
-        """Find where the SDK aggregates this histogram's series, and buffer its values
-        from now on if they can be handed over whole (the flush lock is held)."""
-        match = _otel_internals.histogram_match(self._histogram_of)
+    def learn_match(self) -> None:
+        """Find where the SDK aggregates this instrument's series, to hand intervals into
+        them from now on (a histogram's values are buffered only from then on). The flush
+        lock is held."""
+        match = _otel_internals.series_match(self._instrument, self._kind)
         if match is not None:
             self.match = match
             self.boundaries = match.boundaries
+
+    def current_aggregations(self, match: _otel_internals.SeriesMatch) -> Mapping[Any, Any]:
+        """The SDK's current mapping of the instrument's series to their aggregations. Where
+        it replaced the one the known aggregations were found in, they are dropped for good
+        (the SDK forgets its series at each collection). The flush lock is held."""
+        aggregations = match.aggregations()
+        if aggregations is not self._known_in:
+            if self._known_in is not None and not self.forgets:
+                self.forgets = True
+                self.known = dict.fromkeys(list(self.known))
+            self._known_in = aggregations
+        return aggregations
+
+    def remember(self, key: frozenset[Any]) -> None:
+        """Count series `key` as one the SDK holds (it just got a value at once)."""
+        known = self.known
+        if len(known) < KNOWN_MAX:
+            known[key] = None
 
     def may_record_now(self, key: frozenset[Any]) -> bool:
         """True when series `key` (buffered nowhere in the caller's shard) may go to the
@@ -649,32 +668,6 @@ class PendingInstrument:
         over, which the SDK would otherwise get after this newer one."""
         in_flight = self.in_flight
         return not self.buffer.threaded and (in_flight is None or key not in in_flight)
-
-    def note_interval(self, series: int, recorded_again: int) -> None:
-        """What one thread's values of the interval just handed over held (the flush lock
-        is held)."""
-        before = self._last_interval
-        self._last_interval = (before[0] + series, before[1] + recorded_again)
-
-    def choose_mode(self, *, threaded: bool) -> None:
-        """At the end of a flush: buffer the next interval's values, or send new series
-        to the SDK at once. Buffering pays when a series gets many values an interval;
-        when most of at least `_DIRECT_MIN_SERIES` series got one, the hand-over only
-        adds to what recording them directly costs. A direct instrument buffers again
-        every `_PROBE_EVERY` flushes, to see whether that still holds; with several
-        threads it always buffers (a gauge's last value is ordered in the buffer)."""
-        self.in_flight = None
-        if self.direct:
-            self.direct_flushes += 1
-            if threaded or self.direct_flushes >= _PROBE_EVERY:
-                self.direct = False
-        else:
-            series, recorded_again = self._last_interval
-            self.direct = (
-                not threaded and series >= _DIRECT_MIN_SERIES and recorded_again * 4 <= series
-            )
-            self.direct_flushes = 0
-        self._last_interval = (0, 0)
 
     def give_back_int64_room(self, budget: int) -> None:
         """Return room an ended thread took and did not spend. `int64_lock` is held."""
@@ -695,14 +688,6 @@ class PendingInstrument:
         return budget
 
 
-#: An instrument whose interval held at least this many series, most of them recorded
-#: once, records new series directly (`PendingInstrument.choose_mode`).
-_DIRECT_MIN_SERIES: Final = 100
-#: A direct instrument buffers one interval every this many flushes, to measure again.
-_PROBE_EVERY: Final = 8
-
-# A sum series recorded directly until the next collection (see `keep_call`).
-_HANDED_OVER: Final = object()
 #: The cap of an entry holding no int64 room: no sum is at most it.
 _NO_ROOM: Final = -math.inf
 #: How much of its thread's int64 budget a counter's entry holds at most: its later ints

@@ -1,0 +1,153 @@
+"""How a buffered interval reaches the SDK at a flush (see `_coalesce`).
+
+Where lens can reach the aggregations the SDK keeps an instrument's series in
+(`_otel_internals.series_match`: one reader, one view match, the kind's own aggregation),
+a series the SDK holds takes its interval into that state in one step: a gauge's last
+value, a sum's interval sum added to the running one, a histogram's bucket counts, sum,
+min and max. That is the state recording each value leaves, for a fraction of one SDK
+call (no measurement, no exemplar filter, no attribute hashing). A series the SDK holds
+no aggregation of is recorded as direct recording would: one `set` or `add`; a histogram
+series is made by recording one of its values, and then takes the rest.
+
+Each instrument remembers the aggregation it found per series (`PendingInstrument.known`,
+with the SDK mapping it was found in), so a later interval finds it in one look-up; where
+the SDK replaces that mapping at a collection (a release forgetting delta series), the
+remembered ones are dropped, each interval looks its series up afresh, and only the last
+interval's series count as held.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol
+
+from nemo.lens import _otel_internals
+
+#: A buffered sum or histogram series whose values go to the SDK at once for the rest of
+#: the interval (its entry's first field): its first one did, or its sum overflowed.
+HANDED_OVER: Final = object()
+
+#: The series per instrument whose aggregations are remembered (and which count as ones
+#: the SDK holds, so their values are buffered): about 300 bytes each (the series key
+#: and a dict slot), beside the SDK's own kilobyte per series.
+KNOWN_MAX: Final = 2**16
+
+
+class PendingInstrument(Protocol):
+    """What a hand-over reads of `_coalesce.PendingInstrument`."""
+
+    record: Callable[..., object]
+    match: _otel_internals.SeriesMatch | None
+    known: dict[frozenset[Any], Any]
+    forgets: bool
+    last_wins: bool
+
+    def current_aggregations(self, match: _otel_internals.SeriesMatch) -> Mapping[Any, Any]: ...
+
+
+def hand_over_series(
+    pending: PendingInstrument, series: dict[frozenset[Any], list[Any]], failures: list[Exception]
+) -> None:
+    """Hand one thread's buffered series of a gauge or a sum to the SDK. A failure is
+    appended to `failures`, and the other series still go. The flush lock is held."""
+    record = pending.record
+    match = pending.match
+    if match is None:
+        for entry in series.values():
+            if entry[0] is not HANDED_OVER:
+                try:
+                    record(entry[0], entry[1])
+                except Exception as exc:
+                    failures.append(exc)
+        return
+    aggregations = pending.current_aggregations(match)
+    known = pending.known
+    hand_into = match.set_last_value if pending.last_wins else match.add_to_sum
+    for key, entry in series.items():
+        value = entry[0]
+        if value is HANDED_OVER:
+            continue
+        try:
+            aggregation = known.get(key)
+            if aggregation is None:
+                aggregation = _aggregation_of(pending, match, aggregations, key, entry[1])
+                if aggregation is None:
+                    record(value, entry[1])
+                    if not pending.forgets:  # remembered for the next interval
+                        _aggregation_of(pending, match, aggregations, key, entry[1])
+                    continue
+            hand_into(aggregation, value)
+        except Exception as exc:
+            failures.append(exc)
+    if pending.forgets:
+        _remember_interval(pending, series)
+
+
+def hand_over_histogram(
+    pending: PendingInstrument, series: dict[frozenset[Any], list[Any]], failures: list[Exception]
+) -> None:
+    """Hand one thread's buffered series of a histogram to the SDK (buffered only once
+    `pending.match` was found). A failure is appended to `failures`, and the other series
+    still go. The flush lock is held."""
+    record = pending.record
+    match = pending.match
+    if match is None:  # nothing is buffered before it is found (`series` is empty)
+        return
+    aggregations = pending.current_aggregations(match)
+    for key, entry in series.items():
+        counts, attributes, total, low, high = entry
+        if counts is HANDED_OVER:
+            continue
+        try:
+            if counts is None:  # one value: in its bucket
+                counts = [0] * (len(match.boundaries or ()) + 1)
+                counts[bisect_left(match.boundaries or (), low)] = 1
+            aggregation = _aggregation_of(pending, match, aggregations, key, attributes)
+            recorded = None
+            if aggregation is None:  # a series the SDK has not seen: one value makes it
+                record(low, attributes)
+                recorded = low
+                aggregation = _aggregation_of(pending, match, aggregations, key, attributes)
+                if aggregation is None:
+                    raise LookupError("the SDK made no series for a histogram's attributes")
+            _otel_internals.add_histogram_interval(
+                aggregation, counts, total, low, high, recorded=recorded
+            )
+        except Exception as exc:
+            failures.append(exc)
+    if pending.forgets:
+        _remember_interval(pending, series)
+
+
+def _aggregation_of(
+    pending: PendingInstrument,
+    match: _otel_internals.SeriesMatch,
+    aggregations: Mapping[Any, Any],
+    key: frozenset[Any],
+    attributes: Mapping[str, object] | None,
+) -> Any:
+    """The aggregation the SDK keeps series `key` in (remembered, or found and then
+    remembered while there is room), or None while it holds none."""
+    known = pending.known
+    aggregation = known.get(key)
+    if aggregation is None:
+        aggregation = match.find(aggregations, attributes)
+        if (
+            aggregation is not None
+            and not pending.forgets
+            and (key in known or len(known) < KNOWN_MAX)
+        ):
+            known[key] = aggregation
+    return aggregation
+
+
+def _remember_interval(pending: PendingInstrument, series: dict[frozenset[Any], list[Any]]) -> None:
+    """Where the SDK forgets its series at each collection, lens remembers only the series
+    of the interval just handed over (each flush starts afresh), as the ones likely to
+    come back: memory follows the live series, not every series ever seen."""
+    known = pending.known
+    for key in series:
+        if len(known) >= KNOWN_MAX:
+            return
+        known[key] = None

@@ -84,6 +84,35 @@ def test_keyed_copies_the_attributes_with_the_rule_in_force(keyed_by_type: bool)
     assert copied.series_key == rule({"a": True, "b": "x"})
 
 
+def test_a_series_shares_one_keyed_copy_and_the_memory_of_them_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every call keying the attributes of one series gets the one copy made for it (no
+    copy per call, one key object for every dict keyed by it) where its values are strs
+    and ints; other series, 1 and True under the typed rule among them, get their own;
+    past the bound the memory of them starts afresh, and what it hands out is still
+    right."""
+    _series.follow_sdk(True)
+    monkeypatch.setattr(_series, "_KNOWN_SETS_MAX", 3)
+    first = _series.keyed({"rank": 0})
+    assert _series.keyed({"rank": 0}) is first
+    assert _series.keyed({"rank": 1}) is not first
+    assert _series.keyed({"rank": True}) is not first
+    assert _series.keyed({"rank": 0}) is first
+    # Other values stay copies per call: equal keys may hold other values (0.0, -0.0).
+    assert _series.keyed({"loss": 0.0}) is not _series.keyed({"loss": 0.0})
+    assert _series.keyed({"rank": True}) is not _series.keyed({"rank": True})
+    assert len(_series._known_sets) == 2
+    _series.keyed({"stage": "a", "rank": 3})
+    assert len(_series._known_sets) == 3
+    _series.keyed({"rank": 2})  # the fourth: the memory starts afresh with it
+    assert len(_series._known_sets) == 1
+    again = _series.keyed({"rank": 0})
+    assert again is not first
+    assert again == first == {"rank": 0}
+    assert again.series_key == first.series_key
+
+
 def test_an_unhashable_set_gets_no_key_and_never_raises() -> None:
     """Defensively (cleaned attributes are hashable): a list value gives the key None."""
     assert _series.keyed({"ids": [1, 2]}).series_key is None

@@ -63,16 +63,20 @@ def follow_sdk(keyed_by_type: bool) -> None:
     """Key series as the installed SDK does: by value and type, or by `frozenset(items)`."""
     global series_key
     series_key = typed_series_key if keyed_by_type else plain_series_key
+    _known_sets.clear()
 
 
 class SeriesAttributes(dict[str, object]):
-    """A copy of one call's attributes that carries its series key.
+    """A copy of a series' attributes that carries its series key.
 
-    `record_metrics` makes one per call with attributes where the limit or a buffer keys
+    `record_metrics` gets one per call with attributes where the limit or a buffer keys
     them, and hands it to every record method of the call: each reads `series_key`
-    instead of keying again, and the SDK gets a dict, as it expects. Local to the call,
-    so no thread ever sees another's; a copy, so the caller may change its own dict
-    before the values reach the SDK. Build it with `keyed`.
+    instead of keying again, and the SDK gets a dict, as it expects. For a set of strs
+    and ints, one per series, made from the first call's attributes and shared by every
+    later call of that series (nothing ever changes it), so a buffered interval holds no
+    copy of its own and every dict keyed by the series finds its key by identity; a copy,
+    so the caller may change its own dict before the values reach the SDK. Get it with
+    `keyed`.
     """
 
     __slots__ = ("series_key",)
@@ -81,11 +85,38 @@ class SeriesAttributes(dict[str, object]):
 
 
 def keyed(attributes: Mapping[str, object]) -> SeriesAttributes:
-    """`attributes` copied, with their series key by the installed SDK's rule; never raises
-    for an unhashable value (cleaned attributes never hold one): its key is None."""
+    """The `SeriesAttributes` of `attributes`' series (by the installed SDK's rule): for a
+    set of strs and ints, the one made for its series before, else a copy of
+    `attributes`; never raises for an unhashable value (cleaned attributes never hold
+    one): its key is None."""
+    for value in attributes.values():
+        value_type = type(value)
+        if value_type is not str and value_type is not int:
+            # Equal keys may hold other values here (1 and True under the plain rule,
+            # 0.0 and -0.0 under both), and the SDK keeps the first set it is given.
+            return _copied(attributes)
+    key = series_key(attributes)  # strs and ints always hash
+    known = _known_sets.get(key)
+    if known is not None:
+        return known
+    copied = SeriesAttributes(attributes)
+    copied.series_key = key
+    if len(_known_sets) >= _KNOWN_SETS_MAX:  # past it, the sets in use come back first
+        _known_sets.clear()
+    _known_sets[key] = copied
+    return copied
+
+
+def _copied(attributes: Mapping[str, object]) -> SeriesAttributes:
     copied = SeriesAttributes(attributes)
     try:
         copied.series_key = series_key(copied)
     except TypeError:
         copied.series_key = None
     return copied
+
+
+#: The `SeriesAttributes` of each series of strs and ints keyed lately, by its key: at
+#: most `_KNOWN_SETS_MAX` (about 500 bytes each), then it starts afresh.
+_known_sets: dict[frozenset[Any], SeriesAttributes] = {}
+_KNOWN_SETS_MAX: Final = 2**16

@@ -145,9 +145,10 @@ def test_a_buffered_histogram_exports_what_recording_each_value_exports(temporal
     finally:
         direct_provider.shutdown()
         lens_provider.shutdown()
-    # Series the SDK holds are buffered (as bucket counts from their second value); a
-    # new one goes to the SDK at once for its first interval (ranks 1-4 in interval 2).
-    assert buffered == [0, 6, 0, 4]
+    # Series of two values or more are buffered as bucket counts (in interval 2, all but
+    # rank 3's one), a new series' first value sent at once (ranks 1-4; in interval 1,
+    # the series without attributes, whose buckets are learned from that value).
+    assert buffered == [2, 14, 0, 4]
 
 
 def test_a_series_holds_its_bucket_counts_however_many_values_it_gets() -> None:

@@ -41,7 +41,7 @@ from nemo.lens import (
     register_metric_group,
     setup_telemetry,
 )
-from nemo.lens.instruments import _coalesce, _hand_over
+from nemo.lens.instruments import _coalesce
 from nemo.lens.testing import isolated_telemetry
 
 GROUP = "coalesced"
@@ -110,10 +110,14 @@ def test_setup_meters_coalesce_and_other_meters_record_directly() -> None:
         assert _coalesce.buffer_for(handle.meter) is not None
         assert _coalesce.buffer_for(handle.get_meter("another.scope")) is not None
         assert _coalesce.buffer_for(own.get_meter("not.lens")) is None
-        # New series reach the SDK at once, as direct recording sends them; only the
-        # counter's entry stays, marking its series direct for the rest of the interval.
+        # New series get their first value at once, as direct recording sends it; the
+        # counter and the histogram keep their interval from that value on.
         record_metrics(handle.meter, GROUP, loss=0.5, tokens=3, step_ms=2.0)
-        assert [entry[0] for _, entry in buffered(handle)] == [_hand_over.HANDED_OVER]
+        kept = {pending.name: entry for pending, entry in buffered(handle)}
+        assert kept == {
+            "co.tokens": [3, None, 3, kept["co.tokens"][3]],
+            "co.step_ms": [None, None, 2.0, 2.0, 2.0, 2.0],
+        }
         assert values_of(reader.get_metrics_data(), "co.loss") == [0.5]
         # Series the SDK holds are buffered: the gauge, the counter and the histogram.
         record_metrics(handle.meter, GROUP, loss=0.25, tokens=3, step_ms=2.0)

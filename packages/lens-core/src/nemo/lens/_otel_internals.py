@@ -227,7 +227,7 @@ class SeriesMatch:
     for as long as that mapping is the current one.
     """
 
-    __slots__ = ("_key", "_match", "add_to_sum", "boundaries", "set_last_value")
+    __slots__ = ("_key", "_match", "add_to_sum", "boundaries", "replace_sum", "set_last_value")
 
     def __init__(self, match: Any, aggregation: Any) -> None:
         self._match = match
@@ -240,6 +240,13 @@ class SeriesMatch:
         #: interval's sum (from 0), or made the value.
         self.add_to_sum: Callable[[Any, float], None] = (
             _add_to_value if state == "_value" else _add_to_current_value
+        )
+        #: A sum's interval whose first value the SDK got at once (`sent`, what its
+        #: aggregation then holds): its state becomes the whole interval's sum `total`,
+        #: added in the same order; where another value reached it meanwhile, the rest of
+        #: `total` is added to it.
+        self.replace_sum: Callable[[Any, float, float], None] = (
+            _replace_value if state == "_value" else _replace_current_value
         )
         self.set_last_value: Callable[[Any, float], None] = _set_value
         #: A histogram's bucket boundaries; None for a sum or a last value.
@@ -302,6 +309,24 @@ def _add_to_current_value(aggregation: Any, value: float) -> None:
     with aggregation._lock:
         held = aggregation._current_value
         aggregation._current_value = (0 if held is None else held) + value
+
+
+def _replace_value(aggregation: Any, sent: float, total: float) -> None:
+    with aggregation._lock:
+        held = aggregation._value
+        if type(held) is type(sent) and held == sent:
+            aggregation._value = total
+        else:  # another value reached it meanwhile: add the rest
+            aggregation._value = (0 if held is None else held) + (total - sent)
+
+
+def _replace_current_value(aggregation: Any, sent: float, total: float) -> None:
+    with aggregation._lock:
+        held = aggregation._current_value
+        if type(held) is type(sent) and held == sent:
+            aggregation._current_value = total
+        else:  # another value reached it meanwhile: add the rest
+            aggregation._current_value = (0 if held is None else held) + (total - sent)
 
 
 def _set_value(aggregation: Any, value: float) -> None:

@@ -9,15 +9,17 @@ collects, just before the SDK aggregates. The exported data is the same: same
 instruments, series, values and per-interval presence (the interval sum is added in the
 order the SDK would add it, starting from 0). A histogram series keeps its interval as
 the SDK's explicit-bucket aggregation does, with the boundaries learned from it once the
-SDK holds a series (values are recorded directly until then, and where the SDK
-aggregates otherwise). `_hand_over` hands each series over: into the SDK's aggregation
+SDK holds a series (its first value; values are recorded directly until then, and where
+the SDK aggregates otherwise). `_hand_over` hands each series over: into the SDK's aggregation
 of it where lens can reach that (a fraction of an SDK call), else by recording it.
 
-Only a series the SDK holds already is buffered. A series new to it (not among the
-instrument's `known` ones) goes to the SDK at once, as direct recording sends it, so the
-SDK makes the series at record time, as it would without lens, not inside a collection;
-a sum's or histogram's new series stays direct for the rest of its interval (its values
-then add up in the SDK's order), a gauge's next value is buffered.
+A series new to the SDK (not among the instrument's `known` ones) gets its first value
+at once, as direct recording sends it, so the SDK makes the series at record time, as it
+would without lens, not inside a collection; its later values are buffered. A sum's or
+histogram's entry then keeps the interval from that first value and notes it was sent:
+the hand-over replaces what the SDK holds with the whole interval, added in the SDK's
+order (`SeriesMatch.replace_sum`, `add_histogram_interval`). An instrument whose SDK
+aggregations lens cannot reach buffers a sum's new series instead (`unmatched`).
 
 Only meters of a provider that lens's pipeline built coalesce: the pipeline registers a
 `CoalescingBuffer` for its provider and flushes it before each of its readers collects
@@ -25,8 +27,8 @@ Only meters of a provider that lens's pipeline built coalesce: the pipeline regi
 
 What differs: the SDK samples no exemplars for coalesced values (they reach it outside
 the span that recorded them), and a measurement's timestamp is its collection's. Where
-something other than this buffer records a histogram series in the same interval, the
-two parts' sums are added as two (the last bits of a float sum may differ).
+something other than this buffer records a sum or histogram series in the same interval,
+the two parts' sums are added as two (the last bits of a float sum may differ).
 
 Values are validated by `record_metrics` before they get here; nothing here raises on
 the recording path. A series is keyed as the cardinality limit keys it, as the installed
@@ -45,7 +47,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import threading
 import weakref
 from bisect import bisect_left
@@ -63,6 +64,7 @@ from nemo.lens.instruments._hand_over import (
     hand_over_histogram,
     hand_over_series,
 )
+from nemo.lens.instruments._int64_room import NO_ROOM, grant_room, return_room, spend_int64
 from nemo.lens.instruments._series import SeriesAttributes, keyed
 
 _logger = logging.getLogger(__name__)
@@ -214,23 +216,28 @@ class CoalescingBuffer:
                         direct.append((pending, value, attributes))
                         pending.remember(key)
                     else:
-                        series[key] = [value, attributes, next(_order) if threaded else 0, _NO_ROOM]
+                        series[key] = [value, attributes, next(_order) if threaded else 0, NO_ROOM]
                     continue
                 if pending.histogram:
                     boundaries = pending.boundaries
-                    if boundaries is None:
-                        direct.append((pending, value, attributes))
-                        if key not in pending.known:
-                            pending.remember(key)
-                    elif kept_entry is None:
-                        if key not in pending.known and pending.may_record_now(key):
+                    if kept_entry is None:
+                        if pending.unmatched:  # never handed over: the SDK gets it all
                             direct.append((pending, value, attributes))
-                            series[key] = [HANDED_OVER, attributes, 0, 0, 0]
+                        elif boundaries is None or (
+                            key not in pending.known and pending.may_record_now(key)
+                        ):
+                            # New to the SDK (or its buckets unknown yet): it gets the
+                            # value at once; the entry keeps the interval from it, and
+                            # notes it was sent.
+                            direct.append((pending, value, attributes))
+                            series[key] = [None, attributes, 0 + value, value, value, value]
                             pending.remember(key)
                         else:
-                            series[key] = [None, attributes, 0 + value, value, value]
-                    elif kept_entry[0] is HANDED_OVER:
+                            series[key] = [None, attributes, 0 + value, value, value, None]
+                    elif boundaries is None or kept_entry[0] is HANDED_OVER:
+                        # Buckets still unknown: the rest of the interval goes at once.
                         direct.append((pending, value, kept_entry[1]))
+                        kept_entry[0] = HANDED_OVER
                     else:
                         counts = kept_entry[0]
                         if counts is None:  # the second value: the first gets its bucket
@@ -251,34 +258,44 @@ class CoalescingBuffer:
                                 total is not HANDED_OVER
                                 and (summed := total + value) <= kept_entry[3]
                             ):
-                                # Within the int64 room the entry holds (see `_ENTRY_ROOM`).
+                                # Within the int64 room the entry holds (`ENTRY_ROOM`).
                                 kept_entry[0] = summed
                                 continue
                         # The int64 guard (see `PendingInstrument`).
-                        value = _spend_int64(shard, pending, kept_entry, value)
+                        value = spend_int64(
+                            shard.int64_budgets, shard.series, pending, kept_entry, value
+                        )
                     else:
                         value = float(value)
                 if kept_entry is None:
-                    if key not in pending.known and pending.may_record_now(key):
+                    if (
+                        key not in pending.known
+                        and not pending.unmatched
+                        and pending.may_record_now(key)
+                    ):
+                        # New to the SDK: it gets the value at once; the entry sums the
+                        # interval from it (as the SDK does, from 0) and notes what the
+                        # SDK then holds, for the hand-over to replace.
                         direct.append((pending, value, attributes))
-                        series[key] = [HANDED_OVER, attributes, 0, _NO_ROOM]
+                        first = 0 + value
+                        kept_entry = series[key] = [first, attributes, first, NO_ROOM]
                         pending.remember(key)
                     else:
-                        kept_entry = series[key] = [value, attributes, 0, _NO_ROOM]
-                        if type(value) is int and pending.holds_room:
-                            _grant_room(budgets, pending, kept_entry)
+                        kept_entry = series[key] = [value, attributes, None, NO_ROOM]
+                    if type(value) is int and pending.holds_room:
+                        grant_room(budgets, pending, kept_entry)
                     continue
                 total = kept_entry[0]
                 if total is HANDED_OVER:
                     direct.append((pending, value, kept_entry[1]))
                     continue
-                if kept_entry[3] is not _NO_ROOM:  # a float joins a counter's int sum
-                    _return_room(budgets, pending, kept_entry)
+                if kept_entry[3] is not NO_ROOM:  # a float joins a counter's int sum
+                    return_room(budgets, pending, kept_entry)
                 summed = total + value
                 if summed - summed == 0:
                     kept_entry[0] = summed
                     if type(summed) is int and pending.holds_room:
-                        _grant_room(budgets, pending, kept_entry)
+                        grant_room(budgets, pending, kept_entry)
                     continue
                 _hand_over_overflow(pending, kept_entry, value, direct)
         if direct:
@@ -374,10 +391,13 @@ class CoalescingBuffer:
 #: One thread's buffered values: instrument -> series key -> entry. An entry is
 #: [value, attributes as first given, mark, cap]: a gauge's mark is the `_order` number of
 #: its last value once several threads keep values in the buffer; otherwise the mark is 1
-#: once the series got a second value in the interval (0 before); a sum's is 0. A sum's
-#: value is `HANDED_OVER` while its values go to the SDK at once. A counter whose sum is
-#: an int may add ints up to its cap without spending its thread's int64 budget value by
-#: value (`_grant_room`); every other entry's cap is `_NO_ROOM`.
+#: once the series got a second value in the interval (0 before). A sum's mark is None,
+#: or, where the interval's first value went to the SDK at once, what the SDK then holds
+#: (its value is the interval's whole sum). A sum's value is `HANDED_OVER` while its
+#: values go to the SDK at once. A counter whose sum is an int may add ints up to its cap
+#: without spending its thread's int64 budget value by value (`_int64_room.grant_room`); every other
+#: entry's cap is `NO_ROOM`. A histogram's entry is [bucket counts (None for one value),
+#: attributes, sum, min, max, the value sent at once (or None)].
 _ShardSeries = dict["PendingInstrument", dict[frozenset[Any], list[Any]]]
 
 #: Orders gauge values across threads: the last one set wins, whichever thread set it.
@@ -390,10 +410,14 @@ _INFINITY: Final = float("inf")
 
 def _record_now(direct: list[tuple[PendingInstrument, Any, Mapping[str, object] | None]]) -> None:
     """Hand the SDK what `keep_call` could not keep; a failure is warned and the other
-    values still record."""
+    values still record. An instrument that has not found its SDK aggregations looks
+    for them once the SDK holds a series."""
     for pending, number, given in direct:
         try:
             pending.record(number, given)
+            if pending.match is None and not pending.unmatched:
+                pending.learn_match()
+                pending.unmatched = pending.match is None
         except Exception as exc:
             _warnings.warn(
                 ("direct", pending.name, type(exc).__name__),
@@ -434,10 +458,12 @@ class _Shard:
             budgets = self.int64_budgets
             for pending, kept in series.items():
                 pending.in_flight = kept
-                if pending.holds_room:  # the room its entries hold goes back (`_return_room`)
+                if (
+                    pending.holds_room
+                ):  # the room its entries hold goes back (`_int64_room.return_room`)
                     unspent = 0
                     for entry in kept.values():
-                        if entry[3] is not _NO_ROOM:
+                        if entry[3] is not NO_ROOM:
                             unspent += entry[3] - entry[0]
                     if unspent:
                         budgets[pending] = budgets.get(pending, 0) + unspent
@@ -466,61 +492,13 @@ def _hand_over_overflow(
 ) -> None:
     """Finite values whose sum overflows: the SDK would sum them to an infinity itself but
     refuses an infinite value, so it gets them one by one (`direct`), for the rest of the
-    interval. The shard's lock is held."""
+    interval. Where the SDK holds the interval's first value already, it gets the rest of
+    the sum (the two then add up to within a rounding of it, on the way to infinity). The
+    shard's lock is held."""
     total, entry[0] = entry[0], HANDED_OVER
-    direct.append((pending, total, entry[1]))
+    sent = entry[2]
+    direct.append((pending, total if sent is None else total - sent, entry[1]))
     direct.append((pending, value, entry[1]))
-
-
-def _spend_int64(
-    shard: _Shard, pending: PendingInstrument, entry: list[Any] | None, value: int
-) -> int | float:
-    """`value`, an int for sum `pending` (into `entry`, None for a new series), as it may
-    be summed: its magnitude spent from the thread's budget, which first takes back the
-    room `entry` holds, then more room from the instrument and, before giving up, the
-    room every other entry of the thread holds; a float once ints could take the SDK's
-    sum past int64. The shard's lock is held."""
-    budgets = shard.int64_budgets
-    magnitude = value if value >= 0 else -value
-    if entry is not None and entry[3] is not _NO_ROOM:
-        _return_room(budgets, pending, entry)
-    budget = budgets.get(pending, 0)
-    if magnitude > budget:
-        with pending.int64_lock:
-            budget = pending.take_int64_room(magnitude, budget)
-        if magnitude > budget:
-            # Room other entries hold would let this int pass: with one thread, the ints
-            # switch to floats exactly where direct recording switches.
-            for held in shard.series.get(pending, {}).values():
-                if held[3] is not _NO_ROOM:
-                    budget += held[3] - held[0]
-                    held[3] = _NO_ROOM
-            if magnitude > budget:
-                budgets[pending] = budget
-                return float(value)
-    budgets[pending] = budget - magnitude
-    return value
-
-
-def _grant_room(
-    budgets: dict[PendingInstrument, int], pending: PendingInstrument, entry: list[Any]
-) -> None:
-    """Let counter `entry`, whose sum is an int, take later ints without the thread's
-    budget: it holds up to `_ENTRY_ROOM` of that budget (what is left of it), so its sum
-    may grow to the cap in `entry[3]`. The shard's lock is held."""
-    budget = budgets.get(pending, 0)
-    room = budget if budget < _ENTRY_ROOM else _ENTRY_ROOM
-    budgets[pending] = budget - room
-    entry[3] = entry[0] + room
-
-
-def _return_room(
-    budgets: dict[PendingInstrument, int], pending: PendingInstrument, entry: list[Any]
-) -> None:
-    """Give the room counter `entry` holds and did not spend back to the thread's budget
-    (its sum is still the int it was granted on). The shard's lock is held."""
-    budgets[pending] = budgets.get(pending, 0) + entry[3] - entry[0]
-    entry[3] = _NO_ROOM
 
 
 def _keep_latest_gauge_values(taken: list[_ShardSeries]) -> None:
@@ -554,7 +532,7 @@ class PendingInstrument:
     shard's lock alone; with one thread that is the exact bound, with several it may
     switch a little early (never late). A counter's buffered series holds part of its
     thread's budget itself (its values are never negative, so its int sum is their
-    magnitude): a later int within it costs one comparison (`_grant_room`).
+    magnitude): a later int within it costs one comparison (`_int64_room.grant_room`).
     """
 
     __slots__ = (
@@ -576,6 +554,7 @@ class PendingInstrument:
         "name",
         "passed_int64",
         "record",
+        "unmatched",
     )
 
     def __init__(
@@ -594,6 +573,11 @@ class PendingInstrument:
         self.histogram = kind == "histogram"
         self.match: _otel_internals.SeriesMatch | None = None
         self.boundaries: tuple[float, ...] | None = None
+        #: True once the SDK held a series but lens found no aggregations to hand into:
+        #: a sum's new series are then buffered, not sent at once (the hand-over could not
+        #: replace the value sent), a histogram's values all sent at once, until a flush
+        #: finds them after all.
+        self.unmatched = False
         #: The series the SDK holds, as far as lens saw (at most `KNOWN_MAX`), each with
         #: its aggregation once found; the SDK mapping they were found in; and True once
         #: the SDK replaced that mapping at a collection (it forgets its series there).
@@ -603,7 +587,7 @@ class PendingInstrument:
         #: A gauge's (its interval's last value wins); else a sum's (its values add up).
         self.last_wins = kind == "gauge"
         #: A counter's: its values are never negative, so the sum of an entry's ints is
-        #: their magnitude, and an entry may hold int64 room (see `_grant_room`).
+        #: their magnitude, and an entry may hold int64 room (see `_int64_room.grant_room`).
         self.holds_room = kind == "counter"
         self.record = record
         # The int64 guard: the room no thread has taken yet (under `int64_lock`), and 0,
@@ -643,6 +627,7 @@ class PendingInstrument:
         if match is not None:
             self.match = match
             self.boundaries = match.boundaries
+            self.unmatched = False
 
     def current_aggregations(self, match: _otel_internals.SeriesMatch) -> Mapping[Any, Any]:
         """The SDK's current mapping of the instrument's series to their aggregations. Where
@@ -686,14 +671,6 @@ class PendingInstrument:
         if magnitude > budget:
             self.passed_int64 = self.passed_int64 or 1
         return budget
-
-
-#: The cap of an entry holding no int64 room: no sum is at most it.
-_NO_ROOM: Final = -math.inf
-#: How much of its thread's int64 budget a counter's entry holds at most: its later ints
-#: then cost one comparison. Ints past it take more; what it does not spend goes back at
-#: the flush, or when the thread's budget runs short (so the switch to floats stays exact).
-_ENTRY_ROOM: Final = 2**40
 
 
 # The buffer of each provider lens's pipelines built, keyed by the provider's measurement

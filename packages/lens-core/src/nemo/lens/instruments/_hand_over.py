@@ -24,8 +24,8 @@ from typing import Any, Final, Protocol
 
 from nemo.lens import _otel_internals
 
-#: A buffered sum or histogram series whose values go to the SDK at once for the rest of
-#: the interval (its entry's first field): its first one did, or its sum overflowed.
+#: A buffered series whose values go to the SDK at once for the rest of the interval (its
+#: entry's first field): a sum's that overflowed, a histogram's whose buckets were unknown.
 HANDED_OVER: Final = object()
 
 #: The series per instrument whose aggregations are remembered (and which count as ones
@@ -53,22 +53,37 @@ def hand_over_series(
     appended to `failures`, and the other series still go. The flush lock is held."""
     record = pending.record
     match = pending.match
+    sums = not pending.last_wins
     if match is None:
         for entry in series.values():
-            if entry[0] is not HANDED_OVER:
-                try:
-                    record(entry[0], entry[1])
-                except Exception as exc:
-                    failures.append(exc)
+            value = entry[0]
+            if value is HANDED_OVER:
+                continue
+            try:
+                if sums and entry[2] is not None:  # the SDK holds the first value already
+                    if not _only_the_first(value, entry[2]):
+                        record(value - entry[2], entry[1])
+                else:
+                    record(value, entry[1])
+            except Exception as exc:
+                failures.append(exc)
         return
     aggregations = pending.current_aggregations(match)
     known = pending.known
-    hand_into = match.set_last_value if pending.last_wins else match.add_to_sum
+    hand_into = match.add_to_sum if sums else match.set_last_value
     for key, entry in series.items():
         value = entry[0]
         if value is HANDED_OVER:
             continue
         try:
+            if sums and entry[2] is not None:  # the SDK holds the interval's first value
+                if not _only_the_first(value, entry[2]):
+                    aggregation = _aggregation_of(pending, match, aggregations, key, entry[1])
+                    if aggregation is None:  # it lost that value: the rest still goes
+                        record(value - entry[2], entry[1])
+                    else:
+                        match.replace_sum(aggregation, entry[2], value)
+                continue
             aggregation = known.get(key)
             if aggregation is None:
                 aggregation = _aggregation_of(pending, match, aggregations, key, entry[1])
@@ -84,27 +99,33 @@ def hand_over_series(
         _remember_interval(pending, series)
 
 
+def _only_the_first(total: float, sent: float) -> bool:
+    """True when a sum's interval holds only the value the SDK got at once."""
+    return type(total) is type(sent) and total == sent
+
+
 def hand_over_histogram(
     pending: PendingInstrument, series: dict[frozenset[Any], list[Any]], failures: list[Exception]
 ) -> None:
-    """Hand one thread's buffered series of a histogram to the SDK (buffered only once
-    `pending.match` was found). A failure is appended to `failures`, and the other series
-    still go. The flush lock is held."""
+    """Hand one thread's buffered series of a histogram to the SDK (kept as buckets only
+    once `pending.match` was found). A failure is appended to `failures`, and the other
+    series still go. The flush lock is held."""
     record = pending.record
     match = pending.match
-    if match is None:  # nothing is buffered before it is found (`series` is empty)
+    if match is None:  # before it is found, every kept value went to the SDK at once
         return
     aggregations = pending.current_aggregations(match)
     for key, entry in series.items():
-        counts, attributes, total, low, high = entry
+        counts, attributes, total, low, high, recorded = entry
         if counts is HANDED_OVER:
             continue
         try:
-            if counts is None:  # one value: in its bucket
+            if counts is None:  # one value: in its bucket, unless the SDK holds it already
+                if recorded is not None:
+                    continue
                 counts = [0] * (len(match.boundaries or ()) + 1)
                 counts[bisect_left(match.boundaries or (), low)] = 1
             aggregation = _aggregation_of(pending, match, aggregations, key, attributes)
-            recorded = None
             if aggregation is None:  # a series the SDK has not seen: one value makes it
                 record(low, attributes)
                 recorded = low

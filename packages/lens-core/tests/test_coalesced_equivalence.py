@@ -13,7 +13,6 @@ together or each at its own moments.
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 from typing import Any
@@ -24,6 +23,7 @@ pytest.importorskip("opentelemetry.sdk.metrics")
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from lens_exact import exact
 from opentelemetry.sdk.metrics import (
     Counter,
     Histogram,
@@ -126,13 +126,6 @@ def build(setup: tuple[str, ...], coalesced: bool) -> tuple[Any, Any, list[InMem
         assert buffer is not None
     meter = provider.get_meter("nemo.lens.equivalence")
     return provider, meter, readers
-
-
-def exact(value: object) -> tuple[str, object]:
-    """A value with its type and, for floats, its bits (-0.0 and 0.0 differ)."""
-    if type(value) is float:
-        return ("float", struct.pack("<d", value))
-    return (type(value).__name__, value)
 
 
 def typed_attributes(attributes: Any) -> tuple[Any, ...]:

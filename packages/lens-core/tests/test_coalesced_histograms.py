@@ -5,7 +5,6 @@ each value would have exported; where the SDK aggregates otherwise, values stay 
 from __future__ import annotations
 
 import bisect
-import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk.metrics")
 
+from lens_exact import exact
 from opentelemetry.sdk.metrics import Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
 from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
@@ -51,14 +51,6 @@ def build(coalesced: bool, **reader_options: Any) -> tuple[MeterProvider, Any, A
     if coalesced:
         assert _coalescing.coalesce_recording(provider, [reader], BuiltHere()) is not None
     return provider, provider.get_meter("nemo.lens.histograms"), reader
-
-
-def exact(value: object) -> tuple[str, object]:
-    return (
-        ("float", struct.pack("<d", value))
-        if type(value) is float
-        else (type(value).__name__, value)
-    )
 
 
 def histogram_points(reader: Any) -> dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]]:

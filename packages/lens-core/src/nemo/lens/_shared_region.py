@@ -164,14 +164,7 @@ class RegionWriter:
         guard. What the record methods would write, without a call per value.
         """
         rest: dict[Any, Any] = {}
-        if attributes:
-            key = (
-                attributes.series_key
-                if type(attributes) is SeriesAttributes
-                else _key_or_none(attributes)
-            )
-        else:
-            key = _NO_ATTRIBUTES
+        key = _key_of(attributes)
         words = self._words
         floats = self._floats
         now = monotonic_ns()
@@ -297,14 +290,7 @@ class SeriesWriter:
         self._fields: dict[frozenset[Any] | None, int] = {}
 
     def _field(self, attributes: Mapping[str, object] | None) -> int:
-        if attributes:
-            key = (
-                attributes.series_key
-                if type(attributes) is SeriesAttributes
-                else _key_or_none(attributes)
-            )
-        else:
-            key = _NO_ATTRIBUTES
+        key = _key_of(attributes)
         field = self._fields.get(key)
         if field is None:
             field = self.region.allocate(self._meta, attributes, self._fields, key)
@@ -388,7 +374,13 @@ def _ring_read(region: mmap.mmap, at: int, length: int) -> bytes:
     return data
 
 
-def _key_or_none(attributes: Mapping[str, object]) -> frozenset[Any] | None:
+def _key_of(attributes: Mapping[str, object] | None) -> frozenset[Any] | None:
+    """The series key a series' slot is found by: the one `record_metrics` keyed the
+    call's attributes with, else keyed here."""
+    if not attributes:
+        return _NO_ATTRIBUTES
+    if type(attributes) is SeriesAttributes:
+        return attributes.series_key
     try:
         return series_key(attributes)
     except TypeError:  # cleaned attributes are hashable; anything else shares one slot

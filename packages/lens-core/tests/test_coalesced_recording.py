@@ -41,7 +41,7 @@ from nemo.lens import (
     register_metric_group,
     setup_telemetry,
 )
-from nemo.lens.instruments import _coalesce
+from nemo.lens.instruments import _coalesce, _hand_over
 from nemo.lens.testing import isolated_telemetry
 
 GROUP = "coalesced"
@@ -110,13 +110,14 @@ def test_setup_meters_coalesce_and_other_meters_record_directly() -> None:
         assert _coalesce.buffer_for(handle.meter) is not None
         assert _coalesce.buffer_for(handle.get_meter("another.scope")) is not None
         assert _coalesce.buffer_for(own.get_meter("not.lens")) is None
-        # New series get their first value at once, as direct recording sends it; the
-        # counter and the histogram keep their interval from that value on.
+        # New series get their first value at once, as direct recording sends it: the
+        # counter's entry notes it (its next value is kept from it on), the histogram's
+        # sends the rest of its first interval at once too.
         record_metrics(handle.meter, GROUP, loss=0.5, tokens=3, step_ms=2.0)
-        kept = {pending.name: entry for pending, entry in buffered(handle)}
+        kept = {pending.name: entry[:3] for pending, entry in buffered(handle)}
         assert kept == {
-            "co.tokens": [3, None, 3, kept["co.tokens"][3]],
-            "co.step_ms": [None, None, 2.0, 2.0, 2.0, 2.0],
+            "co.tokens": [_hand_over.HANDED_OVER, None, 3],
+            "co.step_ms": [_hand_over.HANDED_OVER, None, 0],
         }
         assert values_of(reader.get_metrics_data(), "co.loss") == [0.5]
         # Series the SDK holds are buffered: the gauge, the counter and the histogram.

@@ -78,3 +78,25 @@ class FailingEmitMeter(CountingMeter):
             return BrokenInstrument(self._error) if name == self._failing_name else instrument
 
         return maybe_broken
+
+
+def sdk_forgets_delta_series() -> bool:
+    """True on a release that forgets delta series at each collection (1.45.2 and newer):
+    it replaces its mapping of a counter's series to their aggregations there."""
+    from opentelemetry.sdk.metrics import Counter, MeterProvider
+    from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+
+    from nemo.lens import _otel_internals
+
+    reader = InMemoryMetricReader(preferred_temporality={Counter: AggregationTemporality.DELTA})
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    try:
+        counter = provider.get_meter("forgets").create_counter("forgets")
+        counter.add(1)
+        match = _otel_internals.series_match(counter, "counter")
+        assert match is not None
+        before = match.aggregations()
+        reader.get_metrics_data()
+        return match.aggregations() is not before
+    finally:
+        provider.shutdown()

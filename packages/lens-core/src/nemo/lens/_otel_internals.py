@@ -70,7 +70,6 @@ AGGREGATION_CLASS_BY_KIND: Final = {
     "gauge": "_LastValueAggregation",
     "histogram": "_ExplicitBucketHistogramAggregation",
 }
-HISTOGRAM_AGGREGATION_CLASS: Final = AGGREGATION_CLASS_BY_KIND["histogram"]
 #: Where an aggregation holds its interval: a sum's running value or a histogram's bucket
 #: counts are `_value` (`_current_value` in older releases, 1.23 among them); a last
 #: value is `_value` in every release.
@@ -227,7 +226,15 @@ class SeriesMatch:
     for as long as that mapping is the current one.
     """
 
-    __slots__ = ("_key", "_match", "add_to_sum", "boundaries", "replace_sum", "set_last_value")
+    __slots__ = (
+        "_key",
+        "_match",
+        "add_to_sum",
+        "boundaries",
+        "lock",
+        "replace_sum",
+        "set_last_value",
+    )
 
     def __init__(self, match: Any, aggregation: Any) -> None:
         self._match = match
@@ -249,6 +256,10 @@ class SeriesMatch:
             _replace_value if state == "_value" else _replace_current_value
         )
         self.set_last_value: Callable[[Any, float], None] = _set_value
+        #: The lock the SDK's recording and collection hold where a delta collection
+        #: discards the instrument's aggregations (opentelemetry-sdk 1.45.2 and newer):
+        #: a hand-over then looks up and writes under it. None elsewhere.
+        self.lock: Any = match._lock if getattr(match, "_reset_on_collect", False) else None
         #: A histogram's bucket boundaries; None for a sum or a last value.
         bounds = getattr(aggregation, "_boundaries", None)
         self.boundaries: tuple[float, ...] | None = None if bounds is None else tuple(bounds)

@@ -4,22 +4,25 @@ A synchronous SDK call costs 2.6 to 9 us per value (a `Measurement`, the exempla
 the attribute hash, a lock per reader storage). Between two collections the SDK keeps
 only the last value of a gauge series and the sum of a counter or up-down counter series,
 so `record_metrics` can keep exactly that itself, for a dict store, and hand each series
-to the SDK's own instrument once (one `set` or `add`) when a reader of the pipeline
-collects, just before the SDK aggregates. The exported data is the same: same
-instruments, series, values and per-interval presence (the interval sum is added in the
-order the SDK would add it, starting from 0). A histogram series keeps its interval as
-the SDK's explicit-bucket aggregation does, with the boundaries learned from it once the
-SDK holds a series (its first value; values are recorded directly until then, and where
-the SDK aggregates otherwise). `_hand_over` hands each series over: into the SDK's aggregation
-of it where lens can reach that (a fraction of an SDK call), else by recording it.
+to the SDK once when a reader of the pipeline collects, just before the SDK aggregates.
+The exported data is the same: same instruments, series, values and per-interval
+presence (the interval sum is added in the order the SDK would add it, starting from 0).
+A histogram series keeps its interval as the SDK's explicit-bucket aggregation does,
+with the boundaries learned from it once the SDK holds a series (values are recorded
+directly until then, and where the SDK aggregates otherwise). `_hand_over` hands each
+series over: into the SDK's aggregation of it where lens can reach that (a fraction of
+an SDK call), else by recording it.
 
 A series new to the SDK (not among the instrument's `known` ones) gets its first value
 at once, as direct recording sends it, so the SDK makes the series at record time, as it
-would without lens, not inside a collection; its later values are buffered. A sum's or
-histogram's entry then keeps the interval from that first value and notes it was sent:
-the hand-over replaces what the SDK holds with the whole interval, added in the SDK's
-order (`SeriesMatch.replace_sum`, `add_histogram_interval`). An instrument whose SDK
-aggregations lens cannot reach buffers a sum's new series instead (`unmatched`).
+would without lens, not inside a collection; a gauge's later values are buffered. A
+sum's entry then keeps the interval from that first value and notes what the SDK holds:
+the hand-over replaces that with the whole interval, added in the SDK's order
+(`SeriesMatch.replace_sum`; where a collection took the first value meanwhile, it adds
+the rest). A new histogram series' values all go at once for its first interval (an
+interval split between the SDK and the buffer could not keep the sum's bits). An
+instrument whose SDK aggregations lens cannot reach buffers a sum's new series instead
+(`unmatched`), and records a histogram's values directly.
 
 Only meters of a provider that lens's pipeline built coalesce: the pipeline registers a
 `CoalescingBuffer` for its provider and flushes it before each of its readers collects
@@ -226,18 +229,15 @@ class CoalescingBuffer:
                         elif boundaries is None or (
                             key not in pending.known and pending.may_record_now(key)
                         ):
-                            # New to the SDK (or its buckets unknown yet): it gets the
-                            # value at once; the entry keeps the interval from it, and
-                            # notes it was sent.
+                            # New to the SDK (or its buckets unknown yet): its values go
+                            # at once for the rest of the interval, as the SDK sums them.
                             direct.append((pending, value, attributes))
-                            series[key] = [None, attributes, 0 + value, value, value, value]
+                            series[key] = [HANDED_OVER, attributes, 0, 0, 0]
                             pending.remember(key)
                         else:
-                            series[key] = [None, attributes, 0 + value, value, value, None]
-                    elif boundaries is None or kept_entry[0] is HANDED_OVER:
-                        # Buckets still unknown: the rest of the interval goes at once.
+                            series[key] = [None, attributes, 0 + value, value, value]
+                    elif kept_entry[0] is HANDED_OVER or boundaries is None:
                         direct.append((pending, value, kept_entry[1]))
-                        kept_entry[0] = HANDED_OVER
                     else:
                         counts = kept_entry[0]
                         if counts is None:  # the second value: the first gets its bucket
@@ -275,20 +275,31 @@ class CoalescingBuffer:
                     ):
                         # New to the SDK: it gets the value at once; the entry sums the
                         # interval from it (as the SDK does, from 0) and notes what the
-                        # SDK then holds, for the hand-over to replace.
+                        # SDK then holds, for the hand-over to replace. Before lens
+                        # found where the SDK aggregates, it cannot replace: the values
+                        # go at once until it has (see below).
                         direct.append((pending, value, attributes))
                         first = 0 + value
-                        kept_entry = series[key] = [first, attributes, first, NO_ROOM]
+                        kept_entry = series[key] = [
+                            first if pending.match is not None else HANDED_OVER,
+                            attributes,
+                            first,
+                            NO_ROOM,
+                        ]
                         pending.remember(key)
                     else:
                         kept_entry = series[key] = [value, attributes, None, NO_ROOM]
-                    if type(value) is int and pending.holds_room:
+                    if type(kept_entry[0]) is int and pending.holds_room:
                         grant_room(budgets, pending, kept_entry)
                     continue
                 total = kept_entry[0]
                 if total is HANDED_OVER:
-                    direct.append((pending, value, kept_entry[1]))
-                    continue
+                    sent = kept_entry[2]
+                    if sent is None or pending.match is None:
+                        direct.append((pending, value, kept_entry[1]))
+                        continue
+                    total = sent  # what the SDK holds: the interval is kept from here on
+                    kept_entry[0] = sent
                 if kept_entry[3] is not NO_ROOM:  # a float joins a counter's int sum
                     return_room(budgets, pending, kept_entry)
                 summed = total + value
@@ -396,8 +407,8 @@ class CoalescingBuffer:
 #: (its value is the interval's whole sum). A sum's value is `HANDED_OVER` while its
 #: values go to the SDK at once. A counter whose sum is an int may add ints up to its cap
 #: without spending its thread's int64 budget value by value (`_int64_room.grant_room`); every other
-#: entry's cap is `NO_ROOM`. A histogram's entry is [bucket counts (None for one value),
-#: attributes, sum, min, max, the value sent at once (or None)].
+#: entry's cap is `NO_ROOM`. A histogram's entry is [bucket counts (None for one value,
+#: `HANDED_OVER` while its values go at once), attributes, sum, min, max].
 _ShardSeries = dict["PendingInstrument", dict[frozenset[Any], list[Any]]]
 
 #: Orders gauge values across threads: the last one set wins, whichever thread set it.
@@ -415,9 +426,6 @@ def _record_now(direct: list[tuple[PendingInstrument, Any, Mapping[str, object] 
     for pending, number, given in direct:
         try:
             pending.record(number, given)
-            if pending.match is None and not pending.unmatched:
-                pending.learn_match()
-                pending.unmatched = pending.match is None
         except Exception as exc:
             _warnings.warn(
                 ("direct", pending.name, type(exc).__name__),
@@ -426,6 +434,9 @@ def _record_now(direct: list[tuple[PendingInstrument, Any, Mapping[str, object] 
                 type(exc).__name__,
                 exc,
             )
+        if pending.match is None and not pending.unmatched:
+            pending.learn_match()
+            pending.unmatched = pending.match is None
 
 
 class _ThreadToken:
@@ -496,7 +507,7 @@ def _hand_over_overflow(
     the sum (the two then add up to within a rounding of it, on the way to infinity). The
     shard's lock is held."""
     total, entry[0] = entry[0], HANDED_OVER
-    sent = entry[2]
+    sent, entry[2] = entry[2], None
     direct.append((pending, total if sent is None else total - sent, entry[1]))
     direct.append((pending, value, entry[1]))
 
@@ -621,24 +632,32 @@ class PendingInstrument:
 
     def learn_match(self) -> None:
         """Find where the SDK aggregates this instrument's series, to hand intervals into
-        them from now on (a histogram's values are buffered only from then on). The flush
-        lock is held."""
-        match = _otel_internals.series_match(self._instrument, self._kind)
+        them from now on (a histogram's values are buffered only from then on); never
+        raises. Called at the end of a flush, and by a recording thread once the SDK got
+        a value of it at once."""
+        try:
+            match = _otel_internals.series_match(self._instrument, self._kind)
+        except Exception:  # an SDK lens does not know: no hand-over into it
+            match = None
         if match is not None:
             self.match = match
             self.boundaries = match.boundaries
             self.unmatched = False
+            if match.lock is not None:  # the SDK discards its series at delta collections
+                self.forgets = True
 
     def current_aggregations(self, match: _otel_internals.SeriesMatch) -> Mapping[Any, Any]:
         """The SDK's current mapping of the instrument's series to their aggregations. Where
         it replaced the one the known aggregations were found in, they are dropped for good
         (the SDK forgets its series at each collection). The flush lock is held."""
         aggregations = match.aggregations()
-        if aggregations is not self._known_in:
-            if self._known_in is not None and not self.forgets:
+        if not self.forgets and aggregations is not self._known_in:
+            if self._known_in is None:
+                self._known_in = aggregations
+            else:  # the SDK replaced it at a collection: it forgets its series there
                 self.forgets = True
                 self.known = dict.fromkeys(list(self.known))
-            self._known_in = aggregations
+                self._known_in = None  # nothing holds the discarded mapping alive
         return aggregations
 
     def remember(self, key: frozenset[Any]) -> None:

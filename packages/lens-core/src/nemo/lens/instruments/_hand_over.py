@@ -53,22 +53,24 @@ def hand_over_series(
     appended to `failures`, and the other series still go. The flush lock is held."""
     record = pending.record
     match = pending.match
-    sums = not pending.last_wins
-    if match is None:
-        for entry in series.values():
-            value = entry[0]
-            if value is HANDED_OVER:
-                continue
-            try:
-                if sums and entry[2] is not None:  # the SDK holds the first value already
-                    if not _only_the_first(value, entry[2]):
-                        record(value - entry[2], entry[1])
-                else:
-                    record(value, entry[1])
-            except Exception as exc:
-                failures.append(exc)
+    if match is not None and match.lock is not None:
+        _hand_over_locked(pending, match, series, failures)
         return
-    aggregations = pending.current_aggregations(match)
+    aggregations = None
+    if match is not None:
+        try:
+            aggregations = pending.current_aggregations(match)
+        except Exception as exc:  # a release lens does not know: each series is recorded
+            failures.append(exc)
+    if match is None or aggregations is None:
+        for entry in series.values():
+            if entry[0] is not HANDED_OVER:  # (no sum's first value was sent: see keep_call)
+                try:
+                    record(entry[0], entry[1])
+                except Exception as exc:
+                    failures.append(exc)
+        return
+    sums = not pending.last_wins
     known = pending.known
     hand_into = match.add_to_sum if sums else match.set_last_value
     for key, entry in series.items():
@@ -99,6 +101,39 @@ def hand_over_series(
         _remember_interval(pending, series)
 
 
+def _hand_over_locked(
+    pending: PendingInstrument,
+    match: _otel_internals.SeriesMatch,
+    series: dict[frozenset[Any], list[Any]],
+    failures: list[Exception],
+) -> None:
+    """`hand_over_series` where the SDK discards a series' aggregation at each delta
+    collection: each series is looked up and written under the lock the SDK's own
+    recording and collection take (its view match's, then the aggregation's), so no value
+    lands in an aggregation a concurrent collection has just discarded."""
+    assert match.lock is not None
+    sums = not pending.last_wins
+    for entry in series.values():
+        value, attributes, sent = entry[0], entry[1], entry[2] if sums else None
+        if value is HANDED_OVER or (sent is not None and _only_the_first(value, sent)):
+            continue
+        try:
+            with match.lock:
+                aggregation = match.find(match.aggregations(), attributes)
+                if aggregation is not None:
+                    if sent is not None:
+                        match.replace_sum(aggregation, sent, value)
+                    elif sums:
+                        match.add_to_sum(aggregation, value)
+                    else:
+                        match.set_last_value(aggregation, value)
+            if aggregation is None:  # made by recording (the rest, if the first was sent)
+                pending.record(value if sent is None else value - sent, attributes)
+        except Exception as exc:
+            failures.append(exc)
+    _remember_interval(pending, series)
+
+
 def _only_the_first(total: float, sent: float) -> bool:
     """True when a sum's interval holds only the value the SDK got at once."""
     return type(total) is type(sent) and total == sent
@@ -114,31 +149,56 @@ def hand_over_histogram(
     match = pending.match
     if match is None:  # before it is found, every kept value went to the SDK at once
         return
-    aggregations = pending.current_aggregations(match)
     for key, entry in series.items():
-        counts, attributes, total, low, high, recorded = entry
+        counts, attributes, total, low, high = entry
         if counts is HANDED_OVER:
             continue
         try:
-            if counts is None:  # one value: in its bucket, unless the SDK holds it already
-                if recorded is not None:
-                    continue
+            if counts is None:  # one value: in its bucket
                 counts = [0] * (len(match.boundaries or ()) + 1)
                 counts[bisect_left(match.boundaries or (), low)] = 1
-            aggregation = _aggregation_of(pending, match, aggregations, key, attributes)
-            if aggregation is None:  # a series the SDK has not seen: one value makes it
-                record(low, attributes)
-                recorded = low
-                aggregation = _aggregation_of(pending, match, aggregations, key, attributes)
-                if aggregation is None:
-                    raise LookupError("the SDK made no series for a histogram's attributes")
-            _otel_internals.add_histogram_interval(
-                aggregation, counts, total, low, high, recorded=recorded
-            )
+            interval = (counts, total, low, high)
+            if _histogram_into(pending, match, key, attributes, interval, None):
+                continue
+            # A series the SDK has not seen: one value makes it, the rest joins it.
+            record(low, attributes)
+            if not _histogram_into(pending, match, key, attributes, interval, low):
+                raise LookupError("the SDK made no series for a histogram's attributes")
         except Exception as exc:
             failures.append(exc)
     if pending.forgets:
         _remember_interval(pending, series)
+
+
+def _histogram_into(
+    pending: PendingInstrument,
+    match: _otel_internals.SeriesMatch,
+    key: frozenset[Any],
+    attributes: Mapping[str, object] | None,
+    interval: tuple[list[int], float, float, float],
+    recorded: float | None,
+) -> bool:
+    """Hand a histogram series' interval into its aggregation (see
+    `add_histogram_interval` for `recorded`); False while the SDK holds none. Under the
+    SDK's lock where it discards aggregations at delta collections."""
+    counts, total, low, high = interval
+    if match.lock is None:
+        aggregations = pending.current_aggregations(match)
+        aggregation = _aggregation_of(pending, match, aggregations, key, attributes)
+        if aggregation is None:
+            return False
+        _otel_internals.add_histogram_interval(
+            aggregation, counts, total, low, high, recorded=recorded
+        )
+        return True
+    with match.lock:
+        aggregation = match.find(match.aggregations(), attributes)
+        if aggregation is None:
+            return False
+        _otel_internals.add_histogram_interval(
+            aggregation, counts, total, low, high, recorded=recorded
+        )
+        return True
 
 
 def _aggregation_of(

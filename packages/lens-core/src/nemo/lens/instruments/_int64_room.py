@@ -18,7 +18,7 @@ class Pending(Protocol):
 
     int64_lock: Any
 
-    def take_int64_room(self, magnitude: int, budget: int) -> int: ...
+    def take_int64_room(self, magnitude: int, budget: int, *, chunk: int = ...) -> int: ...
 
 
 #: The cap of an entry holding no int64 room: no sum is at most it.

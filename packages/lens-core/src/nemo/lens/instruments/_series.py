@@ -117,6 +117,6 @@ def _copied(attributes: Mapping[str, object]) -> SeriesAttributes:
 
 
 #: The `SeriesAttributes` of each series of strs and ints keyed lately, by its key: at
-#: most `_KNOWN_SETS_MAX` (about 500 bytes each), then it starts afresh.
+#: most `_KNOWN_SETS_MAX` (about 450 bytes each, 60 MB at most), then it starts afresh.
 _known_sets: dict[frozenset[Any], SeriesAttributes] = {}
-_KNOWN_SETS_MAX: Final = 2**16
+_KNOWN_SETS_MAX: Final = 2**17

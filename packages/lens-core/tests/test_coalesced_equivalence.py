@@ -13,6 +13,7 @@ together or each at its own moments.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -560,6 +561,214 @@ def test_values_recorded_while_another_thread_collects_are_each_exported_once() 
     finally:
         done.set()
         provider.shutdown()
+
+
+@pytest.mark.parametrize("locked", [False, True], ids=["unlocked", "locked"])
+def test_series_another_thread_makes_are_handed_over_as_direct_recording_exports(
+    locked: bool,
+) -> None:
+    """A second thread's new series are buffered (never sent at once with two threads),
+    so the hand-over makes them in the SDK by recording; with the main thread's held and
+    new series, every interval's points are direct recording's. `locked` hands over as on
+    releases that discard delta aggregations at a collection (opentelemetry-sdk 1.45.2
+    and newer): under the SDK's lock, remembering only the last interval's series; it
+    is forced here so every release runs that path (1.45.2 and newer run it for real)."""
+    register_metric_group(GROUP, SPECS)
+    direct_provider, direct_meter, direct_readers = build(("delta",), coalesced=False)
+    lens_provider, lens_meter, lens_readers = build(("delta",), coalesced=True)
+    buffer = _coalesce.buffer_for(lens_meter)
+    assert buffer is not None
+    first = {"g": 0.5, "c": 1, "h": 1.0}
+    for meter in (direct_meter, lens_meter):
+        record_metrics(meter, GROUP, first, attributes={"main": -1})
+    assert exported(lens_readers[0]) == exported(direct_readers[0])
+    for pending in buffer._pending.values():
+        assert pending.match is not None
+        if locked:
+            pending.match.lock = threading.Lock()
+            pending.forgets = True
+    try:
+        for interval in range(4):
+            for shard in (0, 1, interval + 2):  # two series held, one new each interval
+                for repeat in range(2):
+                    recorded = {"g": shard + repeat * 0.25, "c": repeat + 1, "h": 2.0 + repeat}
+                    for meter in (direct_meter, lens_meter):
+                        record_metrics(meter, GROUP, recorded, attributes={"main": shard})
+            for meter in (direct_meter, lens_meter):  # a new series of one value
+                record_metrics(meter, GROUP, {"c": 4}, attributes={"once": interval})
+            thread_values = {"g": 0.1 * interval, "c": 3, "h": 0.1 + interval}
+            for values in (thread_values, {**thread_values, "h": 7.5}):
+                record_metrics(direct_meter, GROUP, values, attributes={"thread": interval})
+                other = threading.Thread(
+                    target=record_metrics,
+                    args=(lens_meter, GROUP, values),
+                    kwargs={"attributes": {"thread": interval}},
+                )
+                other.start()
+                other.join(10)
+            assert exported(lens_readers[0]) == exported(direct_readers[0])
+        if locked:  # only the last interval's series count as held
+            assert all(len(pending.known) <= 5 for pending in buffer._pending.values())
+    finally:
+        direct_provider.shutdown()
+        lens_provider.shutdown()
+
+
+@pytest.mark.parametrize("locked", [False, True], ids=["unlocked", "locked"])
+def test_an_sdk_call_failing_at_the_hand_over_drops_that_series_only(
+    locked: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK refusing a series the hand-over makes by recording (a second thread's new
+    series) drops that series, warned; the collection and every other series go on."""
+    register_metric_group(GROUP, SPECS)
+    provider, meter, readers = build(("delta",), coalesced=True)
+    buffer = _coalesce.buffer_for(meter)
+    assert buffer is not None
+    record_metrics(meter, GROUP, {"g": 0.5, "c": 1, "h": 1.0}, attributes={"main": 0})
+    exported(readers[0])
+    for pending in buffer._pending.values():
+        assert pending.match is not None
+        if locked:
+            pending.match.lock = threading.Lock()
+            pending.forgets = True
+
+        def refusing(value: Any, attributes: Any = None, *, sdk: Any = pending.record) -> None:
+            if attributes and "refused" in attributes:
+                raise RuntimeError("refused by the SDK")
+            sdk(value, attributes)
+
+        pending.record = refusing
+    try:
+        values = {"g": 0.25, "c": 2, "h": 3.0}
+        other = threading.Thread(
+            target=record_metrics,
+            args=(meter, GROUP, values),
+            kwargs={"attributes": {"refused": 1}},
+        )
+        other.start()
+        other.join(10)
+        record_metrics(meter, GROUP, values, attributes={"main": 0})
+        with caplog.at_level(logging.WARNING, logger="nemo.lens"):
+            points = exported(readers[0])
+        assert {name: len(metric[-1]) for name, metric in points.items()} == {
+            "eq.gauge": 1,
+            "eq.counter": 1,
+            "eq.histogram": 1,
+        }
+        assert any("refused by the SDK" in record.getMessage() for record in caplog.records)
+    finally:
+        provider.shutdown()
+
+
+def test_a_release_that_replaces_its_series_mapping_is_followed() -> None:
+    """A release that replaces an instrument's mapping of series to aggregations at a
+    collection (as 1.45.2 does for delta) is noticed at the next hand-over: nothing is
+    written into the discarded aggregations, and the points stay direct recording's."""
+    register_metric_group(GROUP, SPECS)
+    direct_provider, direct_meter, direct_readers = build(("cumulative",), coalesced=False)
+    lens_provider, lens_meter, lens_readers = build(("cumulative",), coalesced=True)
+    buffer = _coalesce.buffer_for(lens_meter)
+    assert buffer is not None
+    try:
+        for interval in range(3):
+            for value in (1.5, 2.5):
+                for meter in (direct_meter, lens_meter):
+                    record_metrics(meter, GROUP, {"g": value}, attributes={"r": 0})
+            assert exported(lens_readers[0]) == exported(direct_readers[0])
+            [pending] = buffer._pending.values()
+            assert pending.match is not None
+            assert pending.forgets is (interval == 2)
+            if interval == 1:  # as a forgetting release does at its collection
+                for provider in (direct_provider, lens_provider):
+                    consumer = _otel_internals.provider_consumer(provider)
+                    for storage in consumer._reader_storages.values():
+                        for matches in storage._instrument_view_instrument_matches.values():
+                            for match in matches:
+                                match._attributes_aggregation = {}
+    finally:
+        direct_provider.shutdown()
+        lens_provider.shutdown()
+
+
+def test_an_sdk_match_that_resets_on_collect_hands_over_under_its_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the SDK's view match says it discards delta aggregations at collections
+    (`_reset_on_collect`, opentelemetry-sdk 1.45.2 and newer), lens hands over under that
+    match's lock and remembers only the last interval's series; the points stay direct
+    recording's. Set on the installed SDK's class here, so every release runs it."""
+    from opentelemetry.sdk.metrics._internal import _view_instrument_match
+
+    matches = _view_instrument_match._ViewInstrumentMatch
+    monkeypatch.setattr(matches, "_reset_on_collect", True, raising=False)
+    register_metric_group(GROUP, SPECS)
+    direct_provider, direct_meter, direct_readers = build(("delta",), coalesced=False)
+    lens_provider, lens_meter, lens_readers = build(("delta",), coalesced=True)
+    buffer = _coalesce.buffer_for(lens_meter)
+    assert buffer is not None
+    try:
+        for interval in range(3):
+            for value in (1.5, 2.5):
+                recorded = {"g": value, "c": 2, "h": value}
+                for meter in (direct_meter, lens_meter):
+                    record_metrics(meter, GROUP, recorded, attributes={"r": interval % 2})
+            assert exported(lens_readers[0]) == exported(direct_readers[0])
+        # The delta ones (1.45.2 and newer set the flag per match, for delta kinds).
+        sums = [p for p in buffer._pending.values() if p.name != "eq.gauge"]
+        assert [pending.forgets for pending in sums] == [True, True]
+        assert all(pending.match and pending.match.lock is not None for pending in sums)
+    finally:
+        direct_provider.shutdown()
+        lens_provider.shutdown()
+
+
+def test_an_sdk_lens_cannot_search_is_recorded_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Looking for the SDK's aggregations failing in an unexpected way leaves the
+    instrument without a hand-over into them; recording goes on, points unchanged."""
+
+    def failing(instrument: object, kind: str) -> None:
+        raise KeyError("an SDK lens does not know")
+
+    monkeypatch.setattr(_otel_internals, "series_match", failing)
+    register_metric_group(GROUP, SPECS)
+    direct_provider, direct_meter, direct_readers = build(("cumulative",), coalesced=False)
+    lens_provider, lens_meter, lens_readers = build(("cumulative",), coalesced=True)
+    try:
+        for _ in range(2):
+            for meter in (direct_meter, lens_meter):
+                record_metrics(meter, GROUP, {"g": 1.5, "c": 2}, attributes={"r": 0})
+                record_metrics(meter, GROUP, {"g": 2.5, "c": 3}, attributes={"r": 0})
+            assert exported(lens_readers[0]) == exported(direct_readers[0])
+    finally:
+        direct_provider.shutdown()
+        lens_provider.shutdown()
+
+
+def test_a_release_whose_aggregations_lens_cannot_read_gets_each_series_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """If reading the SDK's aggregations fails at a flush, that failure is warned and each
+    buffered series is recorded by one SDK call instead: the points stay the same."""
+    register_metric_group(GROUP, SPECS)
+    direct_provider, direct_meter, direct_readers = build(("cumulative",), coalesced=False)
+    lens_provider, lens_meter, lens_readers = build(("cumulative",), coalesced=True)
+    buffer = _coalesce.buffer_for(lens_meter)
+    assert buffer is not None
+
+    def unreadable(pending: object, match: object) -> None:
+        raise AttributeError("_attributes_aggregation")
+
+    try:
+        for interval in range(3):
+            if interval == 1:
+                monkeypatch.setattr(_coalesce.PendingInstrument, "current_aggregations", unreadable)
+            for value in (1.5, 2.5):
+                for meter in (direct_meter, lens_meter):
+                    record_metrics(meter, GROUP, {"g": value, "c": 2}, attributes={"r": 0})
+            assert exported(lens_readers[0]) == exported(direct_readers[0])
+    finally:
+        direct_provider.shutdown()
+        lens_provider.shutdown()
 
 
 def counter_total(reader: InMemoryMetricReader) -> int:

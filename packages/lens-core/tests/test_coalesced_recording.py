@@ -658,14 +658,17 @@ def test_a_failing_hand_over_is_warned_once_and_never_raises(
 
     buffer = _coalesce.CoalescingBuffer(single_reader=True)
     record = buffer.instrument(Broken(), "set", "gauge").keep
-    record(1.0, {"a": 1})
     with caplog.at_level(logging.WARNING, logger="nemo.lens"):
+        record(1.0, {"a": 1})  # new: sent at once (and warned)
+        record(1.5, {"a": 1})  # buffered: handed over at the flush
         buffer.flush()
         record(2.0, None)
+        record(2.5, None)
         buffer.flush()
     messages = [r.getMessage() for r in caplog.records if "instrument gone" in r.getMessage()]
-    assert len(messages) == 1
-    assert "dropped" in messages[0]
+    handing = [message for message in messages if "handing a buffered value" in message]
+    assert len(handing) == 1  # two failing hand-overs, warned once
+    assert "dropped" in handing[0]
 
 
 def test_a_set_without_a_series_key_reaches_the_sdk_at_once() -> None:

@@ -14,6 +14,7 @@ aggregations; both run in every cell of the OpenTelemetry matrix.
 from __future__ import annotations
 
 import bisect
+import functools
 import importlib
 import operator
 import sys
@@ -252,8 +253,8 @@ class SeriesMatch:
         #: aggregation then holds): its state becomes the whole interval's sum `total`,
         #: added in the same order; where another value reached it meanwhile, the rest of
         #: `total` is added to it.
-        self.replace_sum: Callable[[Any, float, float], None] = (
-            _replace_value if state == "_value" else _replace_current_value
+        self.replace_sum: Callable[[Any, float, float], None] = functools.partial(
+            _replace_sum, state
         )
         self.set_last_value: Callable[[Any, float], None] = _set_value
         #: The lock the SDK's recording and collection hold where a delta collection
@@ -322,22 +323,14 @@ def _add_to_current_value(aggregation: Any, value: float) -> None:
         aggregation._current_value = (0 if held is None else held) + value
 
 
-def _replace_value(aggregation: Any, sent: float, total: float) -> None:
+def _replace_sum(state: str, aggregation: Any, sent: float, total: float) -> None:
+    # Once per new series and interval, not per value: the state is named, not hard-coded.
     with aggregation._lock:
-        held = aggregation._value
+        held = getattr(aggregation, state)
         if type(held) is type(sent) and held == sent:
-            aggregation._value = total
+            setattr(aggregation, state, total)
         else:  # another value reached it meanwhile: add the rest
-            aggregation._value = (0 if held is None else held) + (total - sent)
-
-
-def _replace_current_value(aggregation: Any, sent: float, total: float) -> None:
-    with aggregation._lock:
-        held = aggregation._current_value
-        if type(held) is type(sent) and held == sent:
-            aggregation._current_value = total
-        else:  # another value reached it meanwhile: add the rest
-            aggregation._current_value = (0 if held is None else held) + (total - sent)
+            setattr(aggregation, state, (0 if held is None else held) + (total - sent))
 
 
 def _set_value(aggregation: Any, value: float) -> None:

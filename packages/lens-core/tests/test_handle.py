@@ -13,6 +13,7 @@ from typing import Any
 import lens_otlp_json
 import pytest
 from lens_children import child_env, run_python
+from lens_threads import eventually
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -252,23 +253,20 @@ def test_blocked_shutdown_is_abandoned_with_a_warning_on_a_daemon_thread(
         assert "abandoned" in caplog.text
     finally:
         exporter.release.set()
-        for thread in threading.enumerate():
-            if thread.name == "nemo-lens-shutdown":
-                thread.join(10)
+        # The abandoned lane ends, and its worker goes idle (renamed).
+        assert eventually(
+            lambda: all(t.name != "nemo-lens-shutdown" for t in threading.enumerate())
+        )
 
 
-def test_the_only_pending_shutdown_runs_a_lane_on_the_exit_workers_thread(
+def test_a_second_setup_and_shutdown_starts_no_thread_of_lens(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Shutting down the one setup pending at exit starts a thread per lane but one: the
-    exit worker's thread, idle until then, runs the first lane."""
-    # Setups other tests left pending at exit (never shut down) would keep the worker.
+    """A setup and its shutdown start lens's workers (one idle for exit, one per lane);
+    they wait idle afterwards, so the next setup and shutdown start none."""
+    # Setups other tests left pending at exit, and their idle workers, are not this test's.
     monkeypatch.setattr(_shutdown, "_at_exit", {})
-    monkeypatch.setattr(_shutdown, "_exit_worker", None)
-    exporter = InMemorySpanExporter()
-    handle = exporting_handle(exporter)
-    with handle.tracer.start_as_current_span("step"):
-        pass
+    monkeypatch.setattr(_shutdown, "_idle", [])
     started: list[str] = []
     start = threading.Thread.start
 
@@ -277,10 +275,20 @@ def test_the_only_pending_shutdown_runs_a_lane_on_the_exit_workers_thread(
         start(thread)
 
     monkeypatch.setattr(threading.Thread, "start", counting_start)
-    handle.shutdown()
-    assert started == ["nemo-lens-shutdown"]  # the traces lane; metrics ran on the worker
-    assert [span.name for span in exporter.get_finished_spans()] == ["step"]
-    assert shutdown_done(handle)
+    for _ in range(2):
+        started.clear()
+        exporter = InMemorySpanExporter()
+        handle = exporting_handle(exporter)
+        with handle.tracer.start_as_current_span("step"):
+            pass
+        handle.shutdown()
+        assert [span.name for span in exporter.get_finished_spans()] == ["step"]
+        assert shutdown_done(handle)
+        lens_started = [name for name in started if name.startswith("nemo-lens")]
+        if not _shutdown._idle_here():  # the first round: the workers it started
+            assert lens_started == ["nemo-lens-exit", "nemo-lens-shutdown"]
+        assert eventually(lambda: len(_shutdown._idle_here()) == 2)
+    assert lens_started == []
 
 
 def test_shutdown_never_raises_and_logs_a_failing_step(caplog: pytest.LogCaptureFixture) -> None:

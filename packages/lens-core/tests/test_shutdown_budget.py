@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
 from fractions import Fraction
 
 import pytest
 from lens_ids import stable_id
+from lens_threads import eventually
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -61,16 +62,6 @@ def exporting_handle() -> tuple[TelemetryHandle, InMemorySpanExporter]:
         NemoLensConfig(enabled=True), span_exporter=exporter, metric_reader=InMemoryMetricReader()
     )
     return handle, exporter
-
-
-def eventually(condition: Callable[[], bool]) -> bool:
-    """Poll `condition` for up to WAIT_S (a budget of 0 leaves the work to its thread)."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def shutdown_done(handle: TelemetryHandle) -> bool:

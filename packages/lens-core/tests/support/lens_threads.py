@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 #: The interpreter's thread switch interval during a race: the default 5 ms lets one
 #: thread run a short check-then-act to its end before the other starts; 10 us interleaves.
 RACE_SWITCH_INTERVAL_S = 1e-5
+#: How long `eventually` waits for another thread's work.
+EVENTUALLY_S = 10.0
+
+
+def eventually(condition: Callable[[], bool], timeout_s: float = EVENTUALLY_S) -> bool:
+    """Poll `condition` for up to `timeout_s`, for work another thread finishes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
 
 
 def call_at_once(function: Callable[[], object], threads: int = 2, timeout_s: float = 20) -> None:

@@ -18,17 +18,22 @@ lock the interrupted frame holds would never end.
 A pipeline nobody shut down is shut down at exit by lens's own `atexit` hook, bounded by
 `EXIT_TIMEOUT_MS`. The hook hands the work to a daemon thread started beforehand, since
 some Pythons (3.12) refuse to start threads once interpreter shutdown has begun.
+
+Those daemon threads are workers (`_Worker`) that wait, idle, between tasks: a lane takes
+an idle one, so a process that sets up and shuts down again starts no thread of lens's.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import inspect
 import logging
 import math
 import operator
 import os
+import queue
 import sys
 import threading
 import time
@@ -62,6 +67,12 @@ MAX_TIMEOUT_MS: Final = 600_000
 JOIN_POLL_S: Final = 0.005
 #: What lens's exit hook gives a pipeline that was never shut down.
 EXIT_TIMEOUT_MS: Final = DEFAULT_TIMEOUT_MS
+#: How long an idle worker waits for a task before it leaves (unless exit needs it).
+IDLE_S: Final = 2.0
+#: Idle workers kept at most: one per signal's lane.
+IDLE_MAX: Final = 3
+#: An idle worker's thread name (it runs the pending shutdowns at exit).
+IDLE_NAME: Final = "nemo-lens-exit"
 
 _budget_warnings = WarnOnce(_logger, "nemo.lens shutdown budgets")
 
@@ -116,7 +127,7 @@ def _unusable(action: str, timeout_ms: object, default_ms: int) -> int:
     return default_ms
 
 
-# _LaneRun and _ExitWorker are plain classes, not dataclasses: building a dataclass costs
+# _LaneRun and _Worker are plain classes, not dataclasses: building a dataclass costs
 # every process importing setup ~1 ms, and nothing compares or prints these.
 class _LaneRun:
     """One lane's progress, as the waiting caller sees it."""
@@ -174,8 +185,8 @@ class LaneRuns:
         self.deadline = time.monotonic() + self.budget / 1000
         self.runs = [_LaneRun(name, steps) for name, steps in lanes if steps]
         self.built = BuiltHere()
-        # The key this run shuts down at exit (see `shutdown_at_exit`), if any: when it is
-        # the last one pending, the exit worker's idle thread runs a lane (`_hand_over`).
+        # The key this run shuts down at exit (see `shutdown_at_exit`), if any: the lanes
+        # may take every idle worker, as exit no longer needs one for it.
         self.exit_key = exit_key
 
     def finished(self) -> bool:
@@ -185,36 +196,24 @@ class LaneRuns:
     def start(self) -> None:
         """Start every lane not started yet; idempotent (a lane started twice runs once).
 
-        Where no thread can be started (interpreter shutdown on Python 3.12), the lanes
-        run here, one after the other in the order given, each with an equal share of
-        what is left.
+        Each lane runs on a worker (`_Worker`): an idle one, or one started for it. Where
+        no thread can be started (interpreter shutdown on Python 3.12), the lanes run
+        here, one after the other in the order given, each with an equal share of what is
+        left.
         """
         inline: list[_LaneRun] = []
         for run in self.runs:
             if run.thread is not None or run.finished.is_set():
                 continue
-            if not inline and self.exit_key is not None:
-                taken = _hand_over(self.exit_key, run, self.action, self.deadline)
-                if taken is not None:
-                    run.thread = taken
-                    continue
             if not inline:
-                thread = threading.Thread(
-                    target=run.run,
-                    args=(self.action, self.deadline),
-                    name=f"nemo-lens-{self.action}",
-                    daemon=True,
-                )
-                try:
-                    thread.start()
-                except RuntimeError:
-                    pass
-                else:
-                    run.thread = thread
+                task = functools.partial(run.run, self.action, self.deadline)
+                run.thread = _run_on_worker(f"nemo-lens-{self.action}", task)
+                if run.thread is not None:
                     continue
             inline.append(run)
-        # Every lane has its thread or runs inline below: the key (a handle) is not needed
-        # again, and this run stays listed for exit (`_running`) after it finishes.
+        _keep_one_idle(self.exit_key)
+        # The key (a handle) is not needed again, and this run stays listed for exit
+        # (`_running`) after it finishes.
         self.exit_key = None
         for index, run in enumerate(inline):
             left = max(0.0, self.deadline - time.monotonic())
@@ -349,52 +348,103 @@ _hook_registered = False
 _running: list[LaneRuns] = []
 
 
-class _ExitWorker:
-    """A daemon thread, started before exit, that runs the pending shutdowns at exit.
+class _Worker:
+    """A daemon thread that runs what it is handed, one task at a time: a lane of a flush
+    or shutdown, or at exit the shutdowns still pending.
 
-    It waits on an event and costs nothing until then; once nothing is pending it is
-    released (its thread returns, or first runs the lane of the last pending shutdown it
-    was handed: see `_hand_over`) and the next registration starts a new one.
+    Between tasks it waits in `_idle`, so a process that sets up and shuts down again
+    starts no thread for it, and one is idle, started beforehand, whenever a shutdown is
+    pending at exit. An idle worker leaves after `IDLE_S` unless it is that one.
     """
 
-    __slots__ = ("at_exit", "built", "done", "requested", "task", "thread")
+    __slots__ = ("built", "tasks", "thread")
 
     def __init__(self) -> None:
         self.built = BuiltHere()
-        self.requested = threading.Event()
-        self.done = threading.Event()
-        self.thread: threading.Thread | None = None
-        self.at_exit = False
-        #: A lane handed over by `_hand_over`, run before the thread returns.
-        self.task: Callable[[], None] | None = None
+        self.tasks: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name=IDLE_NAME, daemon=True)
 
-    def start(self) -> None:
-        thread = threading.Thread(target=self._wait, name="nemo-lens-exit", daemon=True)
-        thread.start()
-        self.thread = thread
+    def run(self, name: str, task: Callable[[], object]) -> None:
+        """Run `task` on this worker's thread (named `name` meanwhile); the caller took
+        the worker out of `_idle` or just started it. Takes no lock: `SimpleQueue.put`
+        is safe in a signal handler that interrupted a `put` or `get` of the same queue."""
+        self.thread.name = name
+        self.tasks.put(task)
 
-    def release(self) -> None:
-        self.requested.set()
-
-    def run_at_exit(self) -> bool:
-        """Run the pending shutdowns on the worker; False if they overran the exit budget."""
-        self.at_exit = True
-        self.requested.set()
-        return self.done.wait((EXIT_TIMEOUT_MS + 2 * GRACE_MS) / 1000)
-
-    def _wait(self) -> None:
-        self.requested.wait()
-        try:
-            task = self.task
-            if task is not None:
+    def _serve(self) -> None:
+        while True:
+            try:
+                task = self.tasks.get(timeout=IDLE_S)
+            except queue.Empty:
+                if self._leave():
+                    return
+                continue
+            try:
                 task()
-            if self.at_exit:
-                _run_pending(EXIT_TIMEOUT_MS)
-        finally:
-            self.done.set()
+            except Exception as exc:  # a worker never dies with a traceback
+                _logger.warning("%s raised %s: %s", self.thread.name, type(exc).__name__, exc)
+            del task  # what it shut down is not kept alive while idle
+            self.thread.name = IDLE_NAME
+            if not self.built.here() or len(_idle_here()) >= IDLE_MAX:
+                return
+            _idle.append(self)
+
+    def _leave(self) -> bool:
+        """Whether this idle worker may leave: not while it is the only one idle with a
+        shutdown pending at exit, nor once someone took it (its task is on the way)."""
+        if _pending_here() and not [worker for worker in _idle_here() if worker is not self]:
+            return False
+        try:
+            _idle.remove(self)
+        except ValueError:
+            return False
+        return True
 
 
-_exit_worker: _ExitWorker | None = None
+#: Workers waiting for a task; a forked child finds its parent's there, and skips them.
+_idle: list[_Worker] = []
+
+
+def _idle_here() -> list[_Worker]:
+    return [worker for worker in _idle if worker.built.here()]
+
+
+def _take_idle() -> _Worker | None:
+    """An idle worker of this process, taken out of `_idle`; None if there is none."""
+    while True:
+        try:
+            worker = _idle.pop()
+        except IndexError:  # list.pop is atomic: no lock, safe in a signal handler
+            return None
+        if worker.built.here():
+            return worker
+
+
+def _run_on_worker(name: str, task: Callable[[], object]) -> threading.Thread | None:
+    """Run `task` on an idle worker, or on a new one; None where no thread can start
+    (interpreter shutdown on Python 3.12), and then the caller runs it."""
+    worker = _take_idle()
+    if worker is None:
+        worker = _Worker()
+        try:
+            worker.thread.start()
+        except RuntimeError:
+            return None
+    worker.run(name, task)
+    return worker.thread
+
+
+def _keep_one_idle(shut_down: object | None = None) -> None:
+    """Start an idle worker if none is and a shutdown other than `shut_down`'s is
+    pending at exit: exit may find no thread it can start."""
+    if _idle_here() or not [key for key, _ in _pending_here() if key is not shut_down]:
+        return
+    worker = _Worker()
+    try:
+        worker.thread.start()
+    except RuntimeError:  # already shutting down: the exit hook runs the work itself
+        return
+    _idle.append(worker)
 
 
 def shutdown_at_exit(key: object, shutdown: Callable[[int], object]) -> None:
@@ -403,20 +453,13 @@ def shutdown_at_exit(key: object, shutdown: Callable[[int], object]) -> None:
     Only in the process that registered it: a forked child never shuts down its parent's
     pipeline. All pending shutdowns together get `EXIT_TIMEOUT_MS`.
     """
-    global _hook_registered, _exit_worker
+    global _hook_registered
     _at_exit[id(key)] = (BuiltHere(), key, shutdown)
     if not _hook_registered:
         _hook_registered = True
         atexit.register(_run_at_exit)
     _run_at_multiprocessing_exit()
-    worker = _exit_worker
-    if worker is None or not worker.built.here() or worker.requested.is_set():
-        worker = _ExitWorker()
-        try:
-            worker.start()
-        except RuntimeError:  # already shutting down: the hook runs the work itself
-            worker.thread = None
-        _exit_worker = worker
+    _keep_one_idle()
 
 
 def _run_at_multiprocessing_exit() -> None:
@@ -433,44 +476,9 @@ def _run_at_multiprocessing_exit() -> None:
     util.Finalize(None, _run_at_exit, exitpriority=_FINALIZER_PRIORITY)
 
 
-def _hand_over(key: object, run: _LaneRun, action: str, deadline: float) -> threading.Thread | None:
-    """Have the exit worker's idle thread run `run`, where `key` is the only shutdown
-    pending at exit in this process (so the worker is about to be released anyway);
-    return that thread, or None (then the caller starts a thread of its own).
-
-    It saves a setup and its shutdown one thread start. The worker is released at once:
-    a later registration starts a new one, and the exit hook, finding none, runs what is
-    still pending itself (after waiting for this run, which `wait_at_exit` registered).
-    Takes no lock, as the rest of a shutdown's start.
-    """
-    global _exit_worker
-    worker = _exit_worker
-    if (
-        worker is None
-        or worker.thread is None
-        or not worker.built.here()
-        or worker.requested.is_set()
-        or worker.at_exit
-    ):
-        return None
-    pending = _pending_here()
-    if len(pending) != 1 or pending[0][0] is not key:
-        return None
-    _exit_worker = None
-    worker.task = lambda: run.run(action, deadline)
-    worker.thread.name = f"nemo-lens-{action}"
-    worker.release()
-    return worker.thread
-
-
 def forget_at_exit(key: object) -> None:
     """Do not shut `key` down at exit (it was shut down already)."""
-    global _exit_worker
     _at_exit.pop(id(key), None)
-    worker = _exit_worker
-    if worker is not None and worker.built.here() and not worker.at_exit and not _pending_here():
-        _exit_worker = None
-        worker.release()
 
 
 def _pending_here() -> list[tuple[object, Callable[[int], object]]]:
@@ -517,11 +525,20 @@ def _run_at_exit() -> None:
     _join_running()
     if not _pending_here():
         return
-    worker = _exit_worker
-    if worker is None or not worker.built.here() or worker.thread is None:
-        _run_pending(EXIT_TIMEOUT_MS)
+    done = threading.Event()
+
+    def run_pending() -> None:
+        try:
+            _run_pending(EXIT_TIMEOUT_MS)
+        finally:
+            done.set()
+
+    worker = _take_idle()
+    if worker is None:
+        run_pending()
         return
-    if not worker.run_at_exit():
+    worker.run(IDLE_NAME, run_pending)
+    if not done.wait((EXIT_TIMEOUT_MS + 2 * GRACE_MS) / 1000):
         _logger.warning(
             "telemetry shutdown at exit did not finish within %d ms; exiting without it",
             EXIT_TIMEOUT_MS,

@@ -312,6 +312,13 @@ def collect(token: int) -> dict[SeriesId, SeriesTotal]:
     return totals
 
 
+def never_had_children() -> bool:
+    """True while this process has had no child to collect from (none forked, none
+    folded, nothing dropped or left out), so a collection has nothing to merge. Read
+    without the lock: a child forked meanwhile is merged from the next collection on."""
+    return not (_children or _folded or _dropped[0] or _conflicting)
+
+
 def _fold_ended() -> list[_Child]:
     """Under `_lock`: fold the children that ended into `_folded` and take their last
     span records; return them, to be released outside the lock."""

@@ -120,6 +120,10 @@ class ChildrenMerge:
 
     def __call__(self, data: MetricsData | None) -> MetricsData | None:
         """`data` with the children's series added; `data` itself when there are none."""
+        if _forked_children.never_had_children():  # the common case, in one look
+            with self._lock:
+                self._previous_ns = time.time_ns()  # a first child's delta starts here
+            return data
         try:
             # Read and merged under one lock: a collection that read older totals must not
             # report after a newer one (its delta would be negative).

@@ -261,12 +261,14 @@ def redacted_metrics(data: MetricsData) -> MetricsData:
     resource_metrics = []
     for resource in data.resource_metrics:
         scopes = []
+        scopes_changed = False
         for scope in resource.scope_metrics:
-            metrics = [_redacted_metric(metric) for metric in scope.metrics]
-            if any(new is not old for new, old in zip(metrics, scope.metrics, strict=True)):
+            metrics = list(map(_redacted_metric, scope.metrics))
+            if any(map(operator.is_not, metrics, scope.metrics)):  # in C: most are equal
                 scope = dataclasses.replace(scope, metrics=metrics)
+                scopes_changed = True
             scopes.append(scope)
-        if any(new is not old for new, old in zip(scopes, resource.scope_metrics, strict=True)):
+        if scopes_changed:
             changed = True
             resource = dataclasses.replace(resource, scope_metrics=scopes)
         resource_metrics.append(resource)

@@ -377,8 +377,9 @@ class CoalescingBuffer:
             if pending.forgets:  # only this interval's series will count as held
                 pending.known = {}
         # An empty context: a collection started inside a span must not lend that span's
-        # trace to exemplars of values recorded elsewhere.
-        token = otel_context.attach(otel_context.Context())
+        # trace to exemplars of values recorded elsewhere (a reader's thread has one).
+        empty = not otel_context.get_current()
+        token = None if empty else otel_context.attach(otel_context.Context())
         try:
             # A sum several threads added to reaches the SDK as one value per thread,
             # which it adds up.
@@ -389,7 +390,8 @@ class CoalescingBuffer:
                     else:
                         hand_over_series(pending, series, failures)
         finally:
-            otel_context.detach(token)
+            if token is not None:
+                otel_context.detach(token)
             # Several threads kept values this interval, or keep them now: buffer all.
             with self._lock:
                 self.threaded = len(self._shards) > 1

@@ -291,6 +291,32 @@ def test_a_second_setup_and_shutdown_starts_no_thread_of_lens(
     assert lens_started == []
 
 
+def test_idle_workers_leave_but_the_one_a_pending_exit_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Idle workers end after IDLE_S; while a setup is pending at exit, one stays (exit
+    may find no thread it can start), and it runs that shutdown at exit."""
+    monkeypatch.setattr(_shutdown, "_at_exit", {})
+    monkeypatch.setattr(_shutdown, "_idle", [])
+    monkeypatch.setattr(_shutdown, "IDLE_S", 0.05)
+    first = exporting_handle(InMemorySpanExporter())
+    first.shutdown()
+    workers = [worker.thread for worker in _shutdown._idle_here()]
+    assert workers
+    assert eventually(lambda: not _shutdown._idle_here())
+    assert eventually(lambda: not any(thread.is_alive() for thread in workers))
+    exporter = InMemorySpanExporter()
+    pending = exporting_handle(exporter)
+    with pending.tracer.start_as_current_span("at exit"):
+        pass
+    time.sleep(0.3)  # several idle timeouts
+    assert len(_shutdown._idle_here()) == 1
+    _shutdown._run_at_exit()
+    assert shutdown_done(pending)
+    assert [span.name for span in exporter.get_finished_spans()] == ["at exit"]
+    assert eventually(lambda: not _shutdown._idle_here())
+
+
 def test_shutdown_never_raises_and_logs_a_failing_step(caplog: pytest.LogCaptureFixture) -> None:
     """A provider whose shutdown raises is logged, and shutdown returns normally."""
 

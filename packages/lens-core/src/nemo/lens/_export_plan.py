@@ -9,8 +9,7 @@ destinations, so the two cannot disagree. Nothing here imports the SDK.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from nemo.lens import _otel_env, _value_limits, propagation
 from nemo.lens._otel_env import BatchSpanSettings, OtlpTarget
@@ -25,8 +24,7 @@ SIGNALS: Final = ("traces", "metrics", "logs")
 INJECTED: Final = "injected"
 
 
-@dataclass(frozen=True)
-class SignalPlan:
+class SignalPlan(NamedTuple):
     """Where one signal goes, and the settings its exporter is built with.
 
     Only the fields of its `exporter` are set: `otlp` for OTLP, `console_path` for the
@@ -69,16 +67,15 @@ class SignalPlan:
         return "the exporter handed to setup_telemetry"
 
 
-@dataclass(frozen=True)
-class ExportPlan:
+class ExportPlan(NamedTuple):
     """Each exporting signal's plan (a signal that exports nothing has none), and the
     warnings building it found: settings the exporters accept but read otherwise than a
     user may mean, logged once when the pipeline is built."""
 
     signals: Mapping[str, SignalPlan]
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
     #: What a user may wonder about, logged at INFO (logs with nowhere to go).
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
 
     def get(self, signal: str) -> SignalPlan | None:
         return self.signals.get(signal)
@@ -147,10 +144,10 @@ def plan_signal(
         exporter, chosen_by = "otlp", f"{chosen_by} (Prometheus serves metrics only)"
     plan = SignalPlan(signal, exporter, chosen_by, batch=batch, value_limits=limits)
     if exporter == "otlp":
-        plan = replace(plan, otlp=_otlp_target(signal, environ, found))
+        plan = plan._replace(otlp=_otlp_target(signal, environ, found))
     elif exporter == "console":
-        plan = replace(
-            plan, console_path=config.console_path, console_label=config._label("console_path")
+        plan = plan._replace(
+            console_path=config.console_path, console_label=config._label("console_path")
         )
     elif exporter == "prometheus":
         if signal == "traces":
@@ -159,13 +156,13 @@ def plan_signal(
         address = _otel_env.prometheus_serving_address(
             one_exporter_per_node=one_exporter_per_node, environ=environ
         )
-        return replace(plan, prometheus_address=address)
+        return plan._replace(prometheus_address=address)
     if signal == "metrics":
         timeout_ms, problem = _otel_env.metric_export_timeout_ms(environ)
         if problem is not None:
             found.append(problem)
-        plan = replace(
-            plan, interval_ms=_otel_env.metric_export_interval_ms(environ), timeout_ms=timeout_ms
+        plan = plan._replace(
+            interval_ms=_otel_env.metric_export_interval_ms(environ), timeout_ms=timeout_ms
         )
     return plan
 

@@ -33,7 +33,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from nemo.lens import _fork_hooks, _shared_region
@@ -50,8 +49,7 @@ SeriesId = tuple[int, tuple[str, str | None, str | None], str, str, frozenset[An
 Snapshot = tuple["_shared_region.SlotInfo", int, tuple[Any, ...]]
 
 
-@dataclass(frozen=True, slots=True)
-class SeriesTotal:
+class SeriesTotal(NamedTuple):
     """One series summed over a pipeline's children, live and ended.
 
     `values` is per kind: sums `(total,)`; gauges `(value, set_at)` combined by the mode;

@@ -11,8 +11,7 @@ import importlib.util
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 from urllib.parse import unquote
 
 from nemo.lens._otlp_secrets import check_grpc_endpoint, check_headers, endpoint_host_and_port
@@ -192,8 +191,7 @@ def otlp_transport_in_use(signal: str, environ: Mapping[str, str] | None = None)
     return None
 
 
-@dataclass(frozen=True)
-class OtlpTarget:
+class OtlpTarget(NamedTuple):
     """Where one or more signals go over OTLP, as the exporter would resolve it."""
 
     signals: tuple[str, ...]
@@ -596,8 +594,7 @@ DEFAULT_BSP_SCHEDULE_DELAY_MS: Final = 5000
 DEFAULT_BSP_EXPORT_TIMEOUT_MS: Final = 30000
 
 
-@dataclass(frozen=True)
-class BatchSpanSettings:
+class BatchSpanSettings(NamedTuple):
     """How lens sizes a batch processor (the SDK's four constructor arguments); the batch
     log record processor's too (`batch_log_settings`)."""
 

@@ -41,8 +41,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from nemo.lens._attributes import INT64_MAX
 from nemo.lens.instruments._series import SeriesAttributes, series_key, typed_series_key
@@ -103,8 +102,7 @@ def region_creator(region: mmap.mmap) -> int:
         return int(words[_CREATOR])
 
 
-@dataclass(frozen=True)
-class InstrumentMeta:
+class InstrumentMeta(NamedTuple):
     """What the parent needs to export a child's series as its own instrument's."""
 
     pipeline: int
@@ -427,8 +425,7 @@ def _decode_meta(encoded: bytes) -> tuple[InstrumentMeta, dict[str, Any]]:
     return meta, attributes
 
 
-@dataclass(frozen=True)
-class SlotInfo:
+class SlotInfo(NamedTuple):
     """One published slot, as the parent decoded it."""
 
     meta: InstrumentMeta

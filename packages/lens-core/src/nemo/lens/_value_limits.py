@@ -40,8 +40,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from opentelemetry import trace
 
@@ -67,8 +66,7 @@ _UNSET: Final = "unset"
 CUT_MARKER: Final = "...\n"
 
 
-@dataclass(frozen=True)
-class ValueLimits:
+class ValueLimits(NamedTuple):
     """The longest value each place may hold, in characters; None is no bound."""
 
     span_attribute: int | None

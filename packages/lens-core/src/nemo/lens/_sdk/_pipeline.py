@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.metrics import MeterProvider
@@ -64,31 +63,50 @@ if TYPE_CHECKING:
 _logger = logging.getLogger(__name__)
 
 
-@dataclass
 class Pipeline:
-    """What one exporting setup built; the handle flushes and shuts it down."""
+    """What one exporting setup built; the handle flushes and shuts it down.
 
-    tracer_provider: TracerProvider | None
-    meter_provider: MeterProvider | None
-    #: The SDK `LoggerProvider` (`logs_enabled` and an exporter for logs), else None.
-    logger_provider: Any = None
-    open_spans: OpenSpanTracker | None = None
-    #: Run after the providers shut down (the Prometheus endpoint's stop).
-    on_shutdown: list[Callable[[], None]] = field(default_factory=list)
-    #: Readers whose own shutdown does not export (not periodic): flushed before it.
-    readers_to_flush: list[MetricReader] = field(default_factory=list)
-    #: The gate in front of the batch span processor, if there is one.
-    span_gate: QueueGate | None = None
-    #: The gate in front of the batch log record processor, if there is one.
-    log_gate: QueueGate | None = None
-    #: In a forked child whose Prometheus address its parent serves: the parent's
-    #: pipeline (its measurement consumer) that this setup's metrics report to instead.
-    joined_parent: Any = None
-    #: The values the value length limits cut (`nemo.lens._sdk._value_limits`).
-    truncations: TruncationCount = field(default_factory=TruncationCount)
-    #: The process that built it: a forked child must not call into its providers, whose
-    #: locks a parent thread may have held at the fork.
-    built: BuiltHere = field(default_factory=BuiltHere)
+    A plain class, not a dataclass: building one at import costs every process ~1 ms.
+    """
+
+    __slots__ = (
+        "built",
+        "joined_parent",
+        "log_gate",
+        "logger_provider",
+        "meter_provider",
+        "on_shutdown",
+        "open_spans",
+        "readers_to_flush",
+        "span_gate",
+        "tracer_provider",
+        "truncations",
+    )
+
+    def __init__(
+        self, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None
+    ) -> None:
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        #: The SDK `LoggerProvider` (`logs_enabled` and an exporter for logs), else None.
+        self.logger_provider: Any = None
+        self.open_spans: OpenSpanTracker | None = None
+        #: Run after the providers shut down (the Prometheus endpoint's stop).
+        self.on_shutdown: list[Callable[[], None]] = []
+        #: Readers whose own shutdown does not export (not periodic): flushed before it.
+        self.readers_to_flush: list[MetricReader] = []
+        #: The gate in front of the batch span processor, if there is one.
+        self.span_gate: QueueGate | None = None
+        #: The gate in front of the batch log record processor, if there is one.
+        self.log_gate: QueueGate | None = None
+        #: In a forked child whose Prometheus address its parent serves: the parent's
+        #: pipeline (its measurement consumer) that this setup's metrics report to instead.
+        self.joined_parent: Any = None
+        #: The values the value length limits cut (`nemo.lens._sdk._value_limits`).
+        self.truncations = TruncationCount()
+        #: The process that built it: a forked child must not call into its providers,
+        #: whose locks a parent thread may have held at the fork.
+        self.built = BuiltHere()
 
     def shutdown_lanes(self) -> list[_shutdown.Lane]:
         """Shutdown's work, one lane per signal (metrics, traces, logs); each exports once.

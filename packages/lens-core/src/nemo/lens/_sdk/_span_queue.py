@@ -16,8 +16,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -44,8 +43,7 @@ DROPPED_SPANS_METRIC: Final = "nemo.lens.spans.dropped"
 DROPPED_SPANS_UNIT: Final = "{span}"
 
 
-@dataclass(frozen=True)
-class QueueKind:
+class QueueKind(NamedTuple):
     """What a gate's queue holds, in the words its counter and its warning use."""
 
     #: The item, singular and plural ("span", "spans").

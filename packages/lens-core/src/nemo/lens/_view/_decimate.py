@@ -10,6 +10,7 @@ and again while it is read (older points already thinned) stays evenly dense.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 
@@ -24,17 +25,25 @@ def kept_indices(times: Sequence[float], values: Sequence[float], runs: int) -> 
         return order
     first = times[order[0]]
     width = (times[order[-1]] - first) / runs or 1.0
+    # Each point's run, in time order: a list that never decreases, so each run's points
+    # are found by bisection.
+    run_of = [int((time - first) / width) for time in map(times.__getitem__, order)]
+    last = bisect_left(run_of, runs - 1)
+    run_of[last:] = [runs - 1] * (len(run_of) - last)  # the last point's run, and rounding's
+    ordered = list(map(values.__getitem__, order))
+    gaps = any(map(math.isnan, ordered))
     kept: list[int] = []
-    members: list[int] = []
-    current = 0
-    for index in order:
-        run = min(int((times[index] - first) / width), runs - 1)
-        if run != current and members:
-            kept.extend(_extremes(members, times, values))
-            members = []
-        current = run
-        members.append(index)
-    kept.extend(_extremes(members, times, values))
+    start = 0
+    while start < len(order):
+        end = bisect_right(run_of, run_of[start], start)
+        if gaps:
+            kept.extend(_extremes(order[start:end], times, values))
+        else:
+            # The first lowest and first highest, as min() and max() with a key find them.
+            run = ordered[start:end]
+            low, high = order[start + run.index(min(run))], order[start + run.index(max(run))]
+            kept.extend(sorted({low, high}, key=times.__getitem__))
+        start = end
     return kept
 
 

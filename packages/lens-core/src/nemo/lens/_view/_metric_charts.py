@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -31,6 +33,7 @@ from nemo.lens._view._otlp_json import (
     point_value,
     shown_attributes,
     shown_text,
+    written_key,
 )
 
 _N = TypeVar("_N", int, float)
@@ -52,6 +55,12 @@ MIN_DRAWN: Final = 50
 MAX_BUCKETS: Final = 4096
 # How many series keys of hidden series are remembered to count them distinctly.
 _MAX_HIDDEN_KEYS: Final = 1_000_000
+# A chart remembers which series this many attribute lists (as written) name, each of up
+# to _MAX_KNOWN_TEXT bytes: a point of a known list skips decoding its attributes.
+_MAX_KNOWN: Final = 4 * MAX_SERIES
+_MAX_KNOWN_TEXT: Final = 4096
+# What a source none of whose series a chart draws yet knows (never written to).
+_NOTHING_KNOWN: Final[dict[bytes | None, Series]] = {}
 
 _TEMPORALITY: Final = {
     "AGGREGATION_TEMPORALITY_UNSPECIFIED": 0,
@@ -63,47 +72,61 @@ _DELTA: Final = 1
 _DATA_FIELDS: Final = ("gauge", "sum", "histogram", "exponentialHistogram", "summary")
 
 
-@dataclass
+@dataclass(slots=True)
 class Series:
     """One attribute set of one metric from one source, and its points."""
 
     source: int
     attributes: dict[str, str]
-    #: Names of the value arrays beside `times`; the first one decides decimation.
+    #: Names of the values of each point beside its time; the first decides decimation.
     columns: tuple[str, ...]
     points: int = 0
     times: array[float] = field(default_factory=lambda: array("d"))
-    values: dict[str, array[float]] = field(default_factory=dict)
+    #: Every point's values, one row of `len(columns)` after another (one C call a point).
+    rows: array[float] = field(default_factory=lambda: array("d"))
     # Running state: the previous point's start, time and value (cumulative points are
     # compared with it), the running total of a delta counter, the bucket counts.
     last_start: int = -1
     last_time: int = -1
     last_value: float = 0.0
     running: float = 0.0
-    #: A histogram's counts by each bucket's upper bound (math.inf for the last): points
-    #: whose layouts differ (an exponential histogram that grew) still line up.
-    buckets: dict[float, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.values = {column: array("d") for column in self.columns}
+    #: A histogram's counts by each bucket's upper bound (math.inf for the last), as two
+    #: lists (the bounds distinct): points whose layouts differ (an exponential histogram
+    #: that grew) still line up, and a point of the same layout is compared list to list.
+    bucket_bounds: list[float] = field(default_factory=list)
+    bucket_counts: list[int] = field(default_factory=list)
+    #: The explicit bounds, as written, of the last histogram point that passed.
+    checked_bounds: list[Any] | None = None
 
     def append(self, time_ns: int, row: tuple[float, ...]) -> None:
         self.points += 1
-        self.times.append(time_ns / 1e6)
-        for column, value in zip(self.columns, row, strict=True):
-            self.values[column].append(value)
-        if len(self.times) >= COMPACT_AT:
+        times = self.times
+        times.append(time_ns / 1e6)
+        self.rows.extend(row)
+        if len(times) >= COMPACT_AT:
             self.decimate(COMPACT_AT // 4)
 
+    def column(self, place: int) -> array[float]:
+        """The values of one column, point by point."""
+        return self.rows[place :: len(self.columns)]
+
     def decimate(self, runs: int) -> None:
-        self._keep(_decimate.kept_indices(self.times, self.values[self.columns[0]], runs))
+        self._keep(_decimate.kept_indices(self.times, self.column(0), runs))
 
     def _keep(self, indices: list[int]) -> None:
-        """Keep only the points at `indices`, in that order, in every array."""
-        self.times = array("d", (self.times[index] for index in indices))
-        for column in self.columns:
-            held = self.values[column]
-            self.values[column] = array("d", (held[index] for index in indices))
+        """Keep only the points at `indices`, in that order."""
+        # itemgetter picks in C, but gives a bare value, not a tuple, for one index.
+        pick = operator.itemgetter(*indices) if len(indices) > 1 else None
+        times, *columns = (
+            pick(held) if pick else [held[index] for index in indices]
+            for held in (self.times, *map(self.column, range(len(self.columns))))
+        )
+        self.times = array("d", times)
+        self.rows = array("d", itertools.chain.from_iterable(zip(*columns, strict=True)))
+
+    def buckets(self) -> dict[float, int]:
+        """The histogram's counts by upper bound."""
+        return dict(zip(self.bucket_bounds, self.bucket_counts, strict=True))
 
     def drawn(self, limit: int) -> dict[str, Any]:
         """The series as the page draws it: at most `limit` points, in time order."""
@@ -119,9 +142,9 @@ class Series:
             "points": self.points,
             "t": [round(time, 3) for time in self.times],
         }
-        for column in self.columns:
+        for place, column in enumerate(self.columns):
             # JSON has no NaN or Infinity: a value that is not finite is a gap.
-            out[column] = [value if math.isfinite(value) else None for value in self.values[column]]
+            out[column] = [value if math.isfinite(value) else None for value in self.column(place)]
         return out
 
 
@@ -135,6 +158,9 @@ class Chart:
     description: str
     temporality: int
     series: dict[tuple[Any, ...], Series] = field(default_factory=dict)
+    #: By source, a point's attributes as written (`written_key`; b"" for none) -> its
+    #: series, once drawn (None, a list too deeply nested for a key, is never kept).
+    known: dict[int, dict[bytes | None, Series]] = field(default_factory=dict)
     hidden: set[int] = field(default_factory=set)
     hidden_points: int = 0
     points: int = 0
@@ -154,11 +180,14 @@ class MetricCharts:
         self.charts: dict[tuple[str, str], Chart] = {}
         self.uncharted: dict[str, int] = {}
         self.points = 0
+        #: Points that could not be read.
+        self.skipped = 0
         self.first_ns: int | None = None
         self.last_ns: int | None = None
 
-    def add(self, source: int, metric: dict[str, Any]) -> int:
-        """Take one OTLP metric of `source`; returns how many of its points were skipped."""
+    def add(self, source: int, metric: dict[str, Any]) -> None:
+        """Take one OTLP metric of `source`; its points that cannot be read are counted
+        in `skipped`."""
         name = metric.get("name")
         if not isinstance(name, str):
             raise Malformed("a metric without a name")
@@ -169,82 +198,110 @@ class MetricCharts:
         else:
             raise Malformed(f"metric {name!r} holds no data this report knows")
         kind = _kind(data_field, data)
-        chart = self._chart(name, kind, metric, data)
+        points = _sequence(data.get("dataPoints"))
         # Per request, not per chart: two files may export one metric differently.
         temporality = enum(data.get("aggregationTemporality"), _TEMPORALITY)
-        skipped = 0
-        for point in _sequence(data.get("dataPoints")):
-            if not isinstance(point, dict):
-                skipped += 1
-                continue
-            try:
-                self._add_point(chart, source, data_field, temporality, point)
-            except (Malformed, TypeError, ValueError, ArithmeticError):
-                skipped += 1
-        return skipped
-
-    def _chart(self, name: str, kind: str, metric: dict[str, Any], data: dict[str, Any]) -> Chart:
-        key = (name, kind)
-        chart = self.charts.get(key)
+        chart = self.charts.get((name, kind))
         if chart is None:
-            chart = Chart(
-                name=name,
-                kind=kind,
-                unit=shown_text(metric.get("unit") or ""),
-                description=shown_text(metric.get("description") or ""),
-                temporality=enum(data.get("aggregationTemporality"), _TEMPORALITY),
-            )
-            if len(self.charts) < MAX_CHARTS:
-                self.charts[key] = chart
+            chart = self._new_chart(name, kind, metric, temporality)
+            if chart is None:
+                self._add_uncharted(name, points)
+                return
+        row_of = _ROWS[data_field if kind == "histogram" else kind]
+        known = chart.known.get(source, _NOTHING_KNOWN)
+        # The points read, and their first and last time, counted once at the end.
+        read, first, last = 0, math.inf, -math.inf
+        try:
+            for point in points:
+                if not isinstance(point, dict):
+                    self.skipped += 1
+                    continue
+                try:
+                    time_ns = nanos(point, "timeUnixNano")
+                    # Every list that is not there or empty decodes to no attributes.
+                    written = point.get("attributes")
+                    text = written_key(written) if written else b""
+                    series = known.get(text)
+                    key = None
+                    if series is None:
+                        key, series = self._series(chart, source, point, time_ns)
+                        if series is None:
+                            continue  # a hidden series' point: counted there
+                    start_ns = integer(point.get("startTimeUnixNano", 0))
+                    row = row_of(series, temporality, start_ns, time_ns, point)
+                    series.last_start, series.last_time = start_ns, time_ns
+                    series.append(time_ns, row)
+                    if key is not None:
+                        _keep(chart, key, series, text)
+                except (Malformed, TypeError, ValueError, ArithmeticError):
+                    self.skipped += 1
+                    continue
+                read += 1
+                if time_ns < first:
+                    first = time_ns
+                if time_ns > last:
+                    last = time_ns
+        finally:
+            if read:
+                self._count(chart, int(first), int(last), read)
+
+    def _add_uncharted(self, name: str, points: list[Any]) -> None:
+        """Count the points of a metric past the chart limit."""
+        for point in points:
+            try:
+                if not isinstance(point, dict):
+                    raise Malformed("a point that is not an object")
+                time_ns = nanos(point, "timeUnixNano")
+            except Malformed:
+                self.skipped += 1
+                continue
+            self._count(None, time_ns, time_ns, 1)
+            if name in self.uncharted or len(self.uncharted) < MAX_UNCHARTED:
+                self.uncharted[name] = self.uncharted.get(name, 0) + 1
+
+    def _new_chart(
+        self, name: str, kind: str, metric: dict[str, Any], temporality: int
+    ) -> Chart | None:
+        """A metric's chart, made on its first point; None past the chart limit."""
+        if len(self.charts) >= MAX_CHARTS:
+            return None
+        chart = self.charts[(name, kind)] = Chart(
+            name=name,
+            kind=kind,
+            unit=shown_text(metric.get("unit") or ""),
+            description=shown_text(metric.get("description") or ""),
+            temporality=temporality,
+        )
         return chart
 
-    def _add_point(
-        self, chart: Chart, source: int, data_field: str, temporality: int, point: dict[str, Any]
-    ) -> None:
-        time_ns = nanos(point, "timeUnixNano")
-        if (chart.name, chart.kind) not in self.charts:
-            self._count(chart, time_ns)
-            if chart.name in self.uncharted or len(self.uncharted) < MAX_UNCHARTED:
-                self.uncharted[chart.name] = self.uncharted.get(chart.name, 0) + 1
-            return
+    def _series(
+        self, chart: Chart, source: int, point: dict[str, Any], time_ns: int
+    ) -> tuple[tuple[Any, ...], Series | None]:
+        """The key and series a point's attributes name, the series made if new (kept
+        once its first point reads: `_keep`); no series for a point of a series past the
+        limit, which is counted here."""
         attributes = decode_attributes(point.get("attributes"))
         key = (source, *sorted((name, shown_text(value)) for name, value in attributes.items()))
         series = chart.series.get(key)
         if series is None:
             if len(chart.series) >= MAX_SERIES:
-                self._count(chart, time_ns)
+                self._count(chart, time_ns, time_ns, 1)
                 chart.hidden_points += 1
                 if len(chart.hidden) < _MAX_HIDDEN_KEYS:
                     chart.hidden.add(hash(key))
-                return
-            # Kept only once its first point reads: a bad point takes no series slot.
+                return key, None
             series = Series(source, shown_attributes(attributes), chart.columns())
-        start_ns = integer(point.get("startTimeUnixNano", 0))
-        row: tuple[float, ...]
-        if chart.kind == "counter":
-            row = _counter_row(series, temporality, start_ns, time_ns, point_value(point))
-        elif chart.kind == "histogram":
-            row = _histogram_row(series, temporality, start_ns, data_field, point)
-        elif chart.kind == "summary":
-            row = _summary_row(point)
-        elif chart.kind == "updown" and temporality == _DELTA:
-            series.running += point_value(point)  # a delta up-down counter charts its level
-            row = (series.running,)
-        else:
-            row = (point_value(point),)
-        series.last_start, series.last_time = start_ns, time_ns
-        series.append(time_ns, row)
-        chart.series.setdefault(key, series)
-        self._count(chart, time_ns)
+        return key, series
 
-    def _count(self, chart: Chart, time_ns: int) -> None:
-        """Count a point that was read (and only one that was)."""
-        self.points += 1
-        chart.points += 1
-        if self.first_ns is None or time_ns < self.first_ns:
-            self.first_ns = time_ns
-        if self.last_ns is None or time_ns > self.last_ns:
-            self.last_ns = time_ns
+    def _count(self, chart: Chart | None, first_ns: int, last_ns: int, points: int) -> None:
+        """Count points that were read (and only those), from `first_ns` to `last_ns`."""
+        self.points += points
+        if chart is not None:
+            chart.points += points
+        if self.first_ns is None or first_ns < self.first_ns:
+            self.first_ns = first_ns
+        if self.last_ns is None or last_ns > self.last_ns:
+            self.last_ns = last_ns
 
     def drawn(self, source_labels: list[str]) -> list[dict[str, Any]]:
         """Every chart as the page draws it, the page's point budget shared out."""
@@ -271,15 +328,29 @@ class MetricCharts:
             }
             if chart.kind == "histogram":
                 entry["distribution"] = [
-                    {
-                        "label": drawn_series["label"],
-                        "bounds": sorted(bound for bound in one.buckets if bound != math.inf),
-                        "counts": [one.buckets[bound] for bound in sorted(one.buckets)],
-                    }
+                    _distribution(drawn_series["label"], one.buckets())
                     for drawn_series, one in zip(series, chart.series.values(), strict=True)
                 ]
             drawn.append(entry)
         return drawn
+
+
+def _distribution(label: str, buckets: dict[float, int]) -> dict[str, Any]:
+    """Everything a histogram series recorded up to its last point, bucket by bucket."""
+    bounds = sorted(buckets)
+    return {
+        "label": label,
+        "bounds": [bound for bound in bounds if bound != math.inf],
+        "counts": [buckets[bound] for bound in bounds],
+    }
+
+
+def _keep(chart: Chart, key: tuple[Any, ...], series: Series, text: bytes | None) -> None:
+    """Keep a series whose point read, and remember it by its attributes as written."""
+    chart.series.setdefault(key, series)
+    known = chart.known.setdefault(series.source, {})
+    if text is not None and len(known) < _MAX_KNOWN and len(text) <= _MAX_KNOWN_TEXT:
+        known[text] = chart.series[key]
 
 
 def _kind(data_field: str, data: dict[str, Any]) -> str:
@@ -301,10 +372,28 @@ def _seconds(later_ns: int, earlier_ns: int) -> float:
     return (later_ns - earlier_ns) / 1e9
 
 
+def _value_row(
+    series: Series, temporality: int, start_ns: int, time_ns: int, point: dict[str, Any]
+) -> tuple[float]:
+    """The value of a gauge point, or of a cumulative up-down sum's."""
+    return (point_value(point),)
+
+
+def _updown_row(
+    series: Series, temporality: int, start_ns: int, time_ns: int, point: dict[str, Any]
+) -> tuple[float]:
+    """An up-down sum's level: a delta point's value is added to the running level."""
+    if temporality != _DELTA:
+        return (point_value(point),)
+    series.running += point_value(point)
+    return (series.running,)
+
+
 def _counter_row(
-    series: Series, temporality: int, start_ns: int, time_ns: int, value: float
+    series: Series, temporality: int, start_ns: int, time_ns: int, point: dict[str, Any]
 ) -> tuple[float, float]:
     """(rate per second, running total) of one counter point."""
+    value = point_value(point)
     if temporality == _DELTA:
         series.running += value
         rate = value / _seconds(time_ns, start_ns) if time_ns > start_ns else math.nan
@@ -320,63 +409,101 @@ def _counter_row(
     return rate, value
 
 
+def _explicit_row(
+    series: Series, temporality: int, start_ns: int, time_ns: int, point: dict[str, Any]
+) -> tuple[float, float, float]:
+    """(p99, p90, p50) of an explicit-bucket histogram point."""
+    written = point.get("explicitBounds")
+    bounds = _numbers(written, float)
+    counts = _numbers(point.get("bucketCounts"), int)
+    if not counts:
+        counts = [integer(point.get("count", 0))]
+        bounds = []
+    if len(counts) != len(bounds) + 1:
+        raise Malformed("bucketCounts does not match explicitBounds")
+    # Bounds equal to the last of this series that passed pass again (nearly every point).
+    if written != series.checked_bounds:
+        if len(counts) > MAX_BUCKETS or not all(map(math.isfinite, bounds)):
+            raise Malformed("more buckets than a report draws, or a bound that is not finite")
+        if not all(map(operator.lt, bounds, bounds[1:])):
+            raise Malformed("explicitBounds do not increase")
+        series.checked_bounds = written if bounds else None
+    if min(counts) < 0:
+        raise Malformed("a negative bucket count")
+    return _histogram_row(series, temporality, start_ns, point, bounds, counts)
+
+
+def _exponential_row(
+    series: Series, temporality: int, start_ns: int, time_ns: int, point: dict[str, Any]
+) -> tuple[float, float, float]:
+    bounds, counts = _exponential_buckets(point)
+    return _histogram_row(series, temporality, start_ns, point, bounds, counts)
+
+
 def _histogram_row(
-    series: Series, temporality: int, start_ns: int, data_field: str, point: dict[str, Any]
+    series: Series,
+    temporality: int,
+    start_ns: int,
+    point: dict[str, Any],
+    bounds: list[float],
+    counts: list[int],
 ) -> tuple[float, float, float]:
     """(p99, p90, p50) of what one histogram point added; keeps the running buckets."""
-    bounds, counts = _buckets(data_field, point)
-    by_bound = dict(zip([*bounds, math.inf], counts, strict=True))
+    keys = [*bounds, math.inf]
     low = _finite_or_none(point.get("min"))
     high = _finite_or_none(point.get("max"))
-    held = series.buckets
+    # The usual point has the layout of the one before: its buckets line up list to list.
+    same_layout = keys == series.bucket_bounds
     if temporality == _DELTA:
         interval = counts
-        for bound, count in by_bound.items():
-            held[bound] = held.get(bound, 0) + count
-    else:
-        # The same run (start time) whose every held bucket is still there, no smaller.
-        same_run = start_ns == series.last_start and all(
-            by_bound.get(bound, -1) >= count for bound, count in held.items() if count
-        )
-        if same_run:
-            interval = [count - held.get(bound, 0) for bound, count in by_bound.items()]
-            low = high = None  # the point's min and max are the run's, not the interval's
+        if same_layout:
+            series.bucket_counts = list(map(operator.add, series.bucket_counts, counts))
         else:
-            interval = counts
-        series.buckets = by_bound
-    p99, p90, p50 = (_quantiles.quantile(q, bounds, interval, low, high) for q in (0.99, 0.9, 0.5))
+            held = series.buckets()
+            for bound, count in dict(zip(keys, counts, strict=True)).items():
+                held[bound] = held.get(bound, 0) + count
+            series.bucket_bounds, series.bucket_counts = list(held), list(held.values())
+    else:
+        held_counts = series.bucket_counts
+        if same_layout:
+            # The same run (start time) whose every held bucket is still there, no smaller
+            # (where all are no smaller, so are those that held something).
+            same_run = start_ns == series.last_start and (
+                all(map(operator.ge, counts, held_counts))
+                or all(count >= was for count, was in zip(counts, held_counts, strict=True) if was)
+            )
+            interval = list(map(operator.sub, counts, held_counts)) if same_run else counts
+            series.bucket_bounds, series.bucket_counts = keys, counts
+        else:
+            held = series.buckets()
+            by_bound = dict(zip(keys, counts, strict=True))
+            same_run = start_ns == series.last_start and all(
+                by_bound.get(bound, -1) >= count for bound, count in held.items() if count
+            )
+            if same_run:
+                interval = [count - held.get(bound, 0) for bound, count in by_bound.items()]
+            else:
+                interval = counts
+            series.bucket_bounds, series.bucket_counts = list(by_bound), list(by_bound.values())
+        if same_run:
+            low = high = None  # the point's min and max are the run's, not the interval's
+    p99, p90, p50 = _quantiles.quantiles((0.99, 0.9, 0.5), bounds, interval, low, high)
     return p99, p90, p50
 
 
 def _finite_or_none(value: Any) -> float | None:
     if value is None:
         return None
-    found = number(value)
+    found = value if type(value) is float else number(value)
     return found if math.isfinite(found) else None
 
 
-def _buckets(data_field: str, point: dict[str, Any]) -> tuple[list[float], list[int]]:
-    if data_field == "histogram":
-        bounds = _numbers(_sequence(point.get("explicitBounds")), float)
-        counts = _numbers(_sequence(point.get("bucketCounts")), int)
-        if not counts:
-            counts = [integer(point.get("count", 0))]
-            bounds = []
-        if len(counts) != len(bounds) + 1:
-            raise Malformed("bucketCounts does not match explicitBounds")
-        if len(counts) > MAX_BUCKETS or not all(map(math.isfinite, bounds)):
-            raise Malformed("more buckets than a report draws, or a bound that is not finite")
-        if any(upper <= lower for lower, upper in itertools.pairwise(bounds)):
-            raise Malformed("explicitBounds do not increase")
-        if any(count < 0 for count in counts):
-            raise Malformed("a negative bucket count")
-        return bounds, counts
-
+def _exponential_buckets(point: dict[str, Any]) -> tuple[list[float], list[int]]:
     def side(name: str) -> tuple[int, list[int]]:
         held = point.get(name)
         if not isinstance(held, dict):
             return 0, []
-        counts = _numbers(_sequence(held.get("bucketCounts")), int)
+        counts = _numbers(held.get("bucketCounts"), int)
         if len(counts) > MAX_BUCKETS or any(count < 0 for count in counts):
             raise Malformed("more buckets than a report draws, or a negative count")
         return integer(held.get("offset", 0)), counts
@@ -393,7 +520,9 @@ def _buckets(data_field: str, point: dict[str, Any]) -> tuple[list[float], list[
         raise Malformed("an exponential histogram's buckets overflow a float") from exc
 
 
-def _summary_row(point: dict[str, Any]) -> tuple[float, float, float]:
+def _summary_row(
+    series: Series, temporality: int, start_ns: int, time_ns: int, point: dict[str, Any]
+) -> tuple[float, float, float]:
     found = {}
     for entry in _sequence(point.get("quantileValues")):
         if isinstance(entry, dict):
@@ -406,10 +535,23 @@ def _sequence(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _numbers(items: list[Any], kind: type[_N]) -> list[_N]:
+def _numbers(items: Any, kind: type[_N]) -> list[_N]:
     """A list of int64 strings or doubles, converted in one go (a histogram point's 16 or
-    more buckets are most of what a large file holds)."""
+    more buckets are most of what a large file holds); anything else reads as empty."""
+    if not isinstance(items, list):
+        return []
     try:
-        return [kind(item) for item in items]
+        return list(map(kind, items))
     except (TypeError, ValueError, OverflowError) as exc:
         raise Malformed(f"a bucket list holds what is not a number: {exc}") from exc
+
+
+#: How a point of each kind (a histogram: of each data field) becomes its row of values.
+_ROWS: Final[dict[str, Callable[[Series, int, int, int, dict[str, Any]], tuple[float, ...]]]] = {
+    "gauge": _value_row,
+    "updown": _updown_row,
+    "counter": _counter_row,
+    "histogram": _explicit_row,
+    "exponentialHistogram": _exponential_row,
+    "summary": _summary_row,
+}

@@ -13,10 +13,12 @@ does not know are ignored.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+import marshal
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from nemo.lens import semconv
 from nemo.lens._redaction import redact_url_credentials, redact_value
@@ -55,57 +57,111 @@ class ReadCounts:
             self.examples.append(f"{path.name}:{number}: {reason}")
 
 
+@dataclass
+class SpanLines:
+    """Where each file's lines that may hold spans start (byte offsets, in order, by the
+    file's place in the list: one may be given twice), noted while the files are read so
+    that a second pass reads those lines alone; past `MAX_NOTED` lines in all, nothing
+    more is noted and that pass reads every line again."""
+
+    offsets: dict[int, array[int]] = field(default_factory=dict)
+    noted: int = 0
+    complete: bool = True
+
+    def note(self, place: int, offset: int) -> None:
+        if self.noted >= MAX_NOTED:
+            self.complete = False
+            return
+        self.noted += 1
+        self.offsets.setdefault(place, array("q")).append(offset)
+
+
+#: Lines whose offsets are noted at most (8 bytes each).
+MAX_NOTED: Final = 1 << 20
+#: What a line that holds spans holds, byte for byte (unless it escapes the key).
+SPANS_KEY: Final = b'"resourceSpans"'
+
+
 def read_requests(
-    paths: Iterable[Path], counts: ReadCounts, *, containing: bytes | None = None
+    paths: Iterable[Path], counts: ReadCounts, *, span_lines: SpanLines | None = None
 ) -> Iterator[tuple[str, list[Any]]]:
-    """Yield (signal key, its list of resource entries) for each request in `paths`.
-
-    With `containing`, only lines holding those bytes are parsed (a second pass that
-    wants spans alone); the others are passed over, uncounted.
-    """
-    for path in paths:
+    """Yield (signal key, its list of resource entries) for each request in `paths`,
+    noting in `span_lines` where the lines are that hold requests and `SPANS_KEY`."""
+    for place, path in enumerate(paths):
         with path.open("rb") as lines:
+            offset = 0
             for number, raw in enumerate(lines, start=1):
-                if containing is not None and containing not in raw:
-                    continue
-                if not raw.strip():
-                    continue
-                counts.lines += 1
-                try:
-                    request = json.loads(raw)
-                except RecursionError:
-                    counts.skip_line(path, number, "nested too deeply")
-                    continue
-                except ValueError as exc:  # also UnicodeDecodeError: not UTF-8
-                    counts.skip_line(path, number, f"not JSON ({type(exc).__name__})")
-                    continue
-                found = False
-                if isinstance(request, dict):
-                    for signal in SIGNALS:
-                        entries = request.get(signal)
-                        if isinstance(entries, list):
-                            found = True
-                            yield signal, entries
-                if not found:
-                    counts.skip_line(path, number, "not an OTLP export request")
+                requests = _requests(raw, path, number, counts)
+                if requests and span_lines is not None and SPANS_KEY in raw:
+                    span_lines.note(place, offset)
+                yield from requests
+                offset += len(raw)
 
 
-def records(signal: str, entries: list[Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """Yield (resource attributes, record) for every record of one request's entries;
-    entries and scopes that are not objects are passed over."""
+def reread_requests(
+    paths: Iterable[Path], span_lines: SpanLines, wanted: Callable[[bytes], bool]
+) -> Iterator[tuple[str, list[Any]]]:
+    """Yield the requests of the lines `span_lines` noted (of every line, where it could
+    not note them all) that `wanted` accepts; what is skipped is not counted again."""
+    counts = ReadCounts()
+    for place, path in enumerate(paths):
+        with path.open("rb") as lines:
+            found: Iterable[bytes] = lines
+            if span_lines.complete:
+                at = span_lines.offsets.get(place, array("q"))
+                found = (_line_at(lines, offset) for offset in at)
+            for raw in found:
+                if wanted(raw):
+                    yield from _requests(raw, path, 0, counts)
+
+
+def _line_at(lines: BinaryIO, offset: int) -> bytes:
+    lines.seek(offset)
+    return lines.readline()
+
+
+def _requests(raw: bytes, path: Path, number: int, counts: ReadCounts) -> list[tuple[str, Any]]:
+    """The requests of one line (one, unless it holds several signals); a line that holds
+    none is counted as skipped."""
+    if not raw.strip():
+        return []
+    counts.lines += 1
+    try:
+        request = json.loads(raw)
+    except RecursionError:
+        counts.skip_line(path, number, "nested too deeply")
+        return []
+    except ValueError as exc:  # also UnicodeDecodeError: not UTF-8
+        counts.skip_line(path, number, f"not JSON ({type(exc).__name__})")
+        return []
+    found = []
+    if isinstance(request, dict):
+        for signal in SIGNALS:
+            entries = request.get(signal)
+            if isinstance(entries, list):
+                found.append((signal, entries))
+    if not found:
+        counts.skip_line(path, number, "not an OTLP export request")
+    return found
+
+
+def record_lists(signal: str, entries: list[Any]) -> Iterator[tuple[Any, list[dict[str, Any]]]]:
+    """Yield (resource attributes as written, records) for every scope of one request's
+    entries that holds records; entries, scopes and records that are not objects are
+    passed over."""
     scopes_key, records_key = SIGNALS[signal]
     for entry in entries:
         if not isinstance(entry, dict):
             continue
         resource = entry.get("resource")
-        attributes = (
-            decode_attributes(resource.get("attributes")) if isinstance(resource, dict) else {}
-        )
+        attributes = resource.get("attributes") if isinstance(resource, dict) else None
         for scope in _list(entry.get(scopes_key)):
             if isinstance(scope, dict):
-                for record in _list(scope.get(records_key)):
-                    if isinstance(record, dict):
-                        yield attributes, record
+                found = [
+                    record for record in _list(scope.get(records_key)) if isinstance(record, dict)
+                ]
+                if found:
+                    yield attributes, found
 
 
 def _list(value: Any) -> list[Any]:
@@ -140,6 +196,16 @@ def any_value(value: Any, depth: int = 0) -> Any:
     return None
 
 
+def written_key(value: Any) -> bytes | None:
+    """A JSON value as it was written, as bytes, one way for each value, type for type
+    (True is not 1, -0.0 not 0.0): marshal's format 2, which has no back-references, is
+    such a key, and cheap; None for a value nested past what marshal walks."""
+    try:
+        return marshal.dumps(value, 2)
+    except ValueError:
+        return None
+
+
 def decode_attributes(items: Any, depth: int = 0) -> dict[str, Any]:
     """A KeyValue list as a dict; items without a string key are left out."""
     decoded: dict[str, Any] = {}
@@ -151,6 +217,11 @@ def decode_attributes(items: Any, depth: int = 0) -> dict[str, Any]:
 
 def integer(value: Any) -> int:
     """An int64 field: a JSON number or a decimal string."""
+    if type(value) is str or type(value) is int:  # nearly every field: no more checks
+        try:
+            return int(value)
+        except ValueError as exc:
+            raise Malformed(f"expected an integer, got {value!r:.40}") from exc
     if isinstance(value, bool) or not isinstance(value, (int, str, float)):
         raise Malformed(f"expected an integer, got {type(value).__name__}")
     try:
@@ -161,6 +232,8 @@ def integer(value: Any) -> int:
 
 def number(value: Any) -> float:
     """A double field: a JSON number, or "NaN"/"Infinity" as protobuf's JSON writes them."""
+    if type(value) is float:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise Malformed(f"expected a number, got {type(value).__name__}")
     try:
@@ -171,6 +244,9 @@ def number(value: Any) -> float:
 
 def point_value(point: dict[str, Any]) -> float:
     """A number data point's value (`asDouble` or `asInt`)."""
+    value = point.get("asDouble")
+    if type(value) is float:  # most points: no more checks
+        return value
     if "asDouble" in point:
         return number(point["asDouble"])
     if "asInt" in point:
@@ -193,9 +269,16 @@ _MAX_NANOS: Final = 2**64
 
 def nanos(record: dict[str, Any], key: str) -> int:
     """A required `...UnixNano` field, in nanoseconds since the epoch."""
-    if key not in record:
+    value = record.get(key)
+    if type(value) is str:  # most times: integer()'s first case, without the call
+        try:
+            found = int(value)
+        except ValueError as exc:
+            raise Malformed(f"expected an integer, got {value!r:.40}") from exc
+    elif key not in record:
         raise Malformed(f"no {key}")
-    found = integer(record[key])
+    else:
+        found = integer(value)
     if not 0 <= found < _MAX_NANOS:
         raise Malformed(f"{key} {found} is not a 64-bit time")
     return found
@@ -241,6 +324,9 @@ def shown_attributes(attributes: dict[str, Any]) -> dict[str, str]:
 
 #: The resource keys a source is told apart by, and how the header names them.
 RANK_KEYS: Final = (semconv.DL_RANK, semconv.NV_DL_RANK)
+# How many resources' written attributes are remembered, each of up to this many characters.
+_MAX_SOURCE_TEXTS: Final = 1024
+_MAX_SOURCE_TEXT: Final = 65_536
 
 
 @dataclass
@@ -249,6 +335,20 @@ class Sources:
 
     by_key: dict[tuple[tuple[str, str], ...], int] = field(default_factory=dict)
     rows: list[dict[str, str]] = field(default_factory=list)
+    #: A resource's attributes as written (`written_key`) -> its source: every request of
+    #: a process writes them alike.
+    by_text: dict[bytes | None, int] = field(default_factory=dict)
+
+    def id_of_written(self, items: Any) -> int:
+        """The source of a resource's KeyValue list, as written."""
+        text = written_key(items)
+        found = self.by_text.get(text)
+        if found is None:
+            found = self.id_of(decode_attributes(items))
+            room = len(self.by_text) < _MAX_SOURCE_TEXTS
+            if text is not None and room and len(text) <= _MAX_SOURCE_TEXT:
+                self.by_text[text] = found
+        return found
 
     def id_of(self, attributes: dict[str, Any]) -> int:
         key = tuple(sorted((name, shown_text(value)) for name, value in attributes.items()))

@@ -9,7 +9,9 @@ finite boundary.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import accumulate
 
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -33,16 +35,61 @@ def quantile(
         if count <= 0:
             continue
         if running + count >= rank:
-            lower = bounds[index - 1] if index > 0 else _open_low(bounds, low)
-            upper = bounds[index] if index < len(bounds) else _open_high(bounds, high)
-            if low is not None:
-                lower = max(lower, low)
-            if high is not None:
-                upper = min(upper, high)
-            if upper < lower:
-                return lower
-            return lower + (upper - lower) * (rank - running) / count
+            return _placed(index, rank - running, bounds, counts, low, high)
         running += count
+    return _past_the_last(bounds, high)
+
+
+def quantiles(
+    qs: Sequence[float],
+    bounds: Sequence[float],
+    counts: Sequence[int],
+    low: float | None = None,
+    high: float | None = None,
+) -> list[float]:
+    """`quantile(q, ...)` for each of `qs` (each above 0), the counts summed once and each
+    rank's bucket found by bisection (what a histogram point's three quantiles cost)."""
+    if not counts or min(counts) < 0 or len(counts) != len(bounds) + 1:
+        return [quantile(q, bounds, counts, low, high) for q in qs]  # the rare cases
+    running = list(accumulate(counts))
+    total = running[-1]
+    if total <= 0:
+        return [math.nan for _ in qs]
+    found = []
+    for q in qs:
+        rank = q * total
+        # No count is negative: the first bucket whose running count reaches the rank
+        # is the one the walk in quantile() stops at (an empty one never is: rank > 0).
+        index = bisect_left(running, rank)
+        if index == len(running):
+            found.append(_past_the_last(bounds, high))
+        else:
+            before = running[index - 1] if index else 0
+            found.append(_placed(index, rank - before, bounds, counts, low, high))
+    return found
+
+
+def _placed(
+    index: int,
+    rank: float,
+    bounds: Sequence[float],
+    counts: Sequence[int],
+    low: float | None,
+    high: float | None,
+) -> float:
+    """The value of rank `rank` (counted from the bucket's start) inside bucket `index`."""
+    lower = bounds[index - 1] if index > 0 else _open_low(bounds, low)
+    upper = bounds[index] if index < len(bounds) else _open_high(bounds, high)
+    if low is not None:
+        lower = max(lower, low)
+    if high is not None:
+        upper = min(upper, high)
+    if upper < lower:
+        return lower
+    return lower + (upper - lower) * rank / counts[index]
+
+
+def _past_the_last(bounds: Sequence[float], high: float | None) -> float:
     return high if high is not None else (bounds[-1] if bounds else math.nan)
 
 

@@ -14,7 +14,15 @@ from typing import Any, Final
 
 from nemo.lens._view._log_table import LogTable
 from nemo.lens._view._metric_charts import MetricCharts
-from nemo.lens._view._otlp_json import Malformed, ReadCounts, Sources, read_requests, records
+from nemo.lens._view._otlp_json import (
+    Malformed,
+    ReadCounts,
+    Sources,
+    SpanLines,
+    read_requests,
+    record_lists,
+    reread_requests,
+)
 from nemo.lens._view._span_tables import SpanTables, Timelines
 
 #: Traces drawn on the timeline because a shown log record points at them.
@@ -47,32 +55,34 @@ def build_report(paths: Sequence[Path]) -> Report:
     counts = ReadCounts()
     sources = Sources()
     metrics, spans, logs = MetricCharts(), SpanTables(), LogTable()
-    resource_seen: dict[str, Any] | None = None
-    source = 0
-    for signal, entries in read_requests(paths, counts):
-        for resource, record in records(signal, entries):
-            if resource is not resource_seen:  # one dict per resource entry: name it once
-                resource_seen, source = resource, sources.id_of(resource)
-            try:
-                if signal == "resourceMetrics":
-                    counts.skipped_records += metrics.add(source, record)
-                elif signal == "resourceSpans":
-                    spans.add(source, record)
-                else:
-                    logs.add(source, record)
-            except _RECORD_PROBLEMS:
-                counts.skipped_records += 1
+    summaries = {
+        "resourceMetrics": metrics.add,
+        "resourceSpans": spans.add,
+        "resourceLogs": logs.add,
+    }
+    span_lines = SpanLines()
+    for signal, entries in read_requests(paths, counts, span_lines=span_lines):
+        add = summaries[signal]
+        for resource, batch in record_lists(signal, entries):
+            source = sources.id_of_written(resource)
+            for record in batch:
+                try:
+                    add(source, record)
+                except _RECORD_PROBLEMS:
+                    counts.skipped_records += 1
+    counts.skipped_records += metrics.skipped
     chosen = spans.slowest_traces()
     chosen += [trace for trace in logs.trace_ids(LOGGED_TRACES) if trace not in chosen]
     timelines = Timelines(chosen)
     if chosen:
-        for _, entries in read_requests(paths, ReadCounts(), containing=b'"resourceSpans"'):
-            for resource, record in records("resourceSpans", entries):
-                try:
-                    if timelines.wants(record):
-                        timelines.add(sources.id_of(resource), record)
-                except _RECORD_PROBLEMS:
-                    pass  # a span the timeline cannot draw: the tables above still count it
+        for _, entries in reread_requests(paths, span_lines, timelines.may_hold):
+            for resource, batch in record_lists("resourceSpans", entries):
+                for record in batch:
+                    try:
+                        if timelines.wants(record):
+                            timelines.add(sources.id_of_written(resource), record)
+                    except _RECORD_PROBLEMS:
+                        pass  # a span the timeline cannot draw: the tables above still count it
     labels = sources.labels()
     traces = timelines.drawn(labels)
     extents = (metrics.first_ns, metrics.last_ns, spans.first_ns, spans.last_ns)

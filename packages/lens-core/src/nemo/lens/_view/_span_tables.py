@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from nemo.lens._redaction import redact_url_credentials
 from nemo.lens._view._otlp_json import (
+    SPANS_KEY,
     Malformed,
     decode_attributes,
     enum,
@@ -33,6 +35,8 @@ MAX_TIMELINE_SPANS: Final = 300
 #: Span names the table gets a row for; spans of further names share one row.
 MAX_NAMES: Final = 500
 OTHER_NAMES: Final = "(other span names)"
+# A trace id as a line writes it (JSON's whitespace allowed around the colon).
+_WRITTEN_TRACE_ID: Final = re.compile(rb'"traceId"\s*:\s*"([^"]*)"')
 _STATUS: Final = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 _ERROR: Final = 2
 
@@ -46,7 +50,7 @@ class NameStats:
     durations_ms: array[float] = field(default_factory=lambda: array("d"))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SpanTimes:
     """The fields of a span both passes read."""
 
@@ -68,14 +72,14 @@ def span_times(span: dict[str, Any]) -> SpanTimes:
     status = span.get("status")
     code = enum(status.get("code"), _STATUS) if isinstance(status, dict) else 0
     name = span.get("name")
-    return SpanTimes(
-        trace_id=trace_id,
-        span_id=span_id,
-        parent_id=hex_id(span, "parentSpanId"),
-        name=shown_text(name) if isinstance(name, str) and name else "(unnamed)",
-        start_ns=start_ns,
-        end_ns=max(end_ns, start_ns),
-        error=code == _ERROR,
+    return SpanTimes(  # by position: one is made per span of the file
+        trace_id,
+        span_id,
+        hex_id(span, "parentSpanId"),
+        shown_text(name) if isinstance(name, str) and name else "(unnamed)",
+        start_ns,
+        end_ns if end_ns > start_ns else start_ns,
+        code == _ERROR,
     )
 
 
@@ -85,34 +89,43 @@ class SpanTables:
     def __init__(self) -> None:
         self.names: dict[str, NameStats] = {}
         self.spans = 0
-        self.first_ns: int | None = None
-        self.last_ns: int | None = None
-        # Each source's (first start, last end): the wall time the shares are of.
-        self.extents: dict[int, tuple[int, int]] = {}
+        # Each source's [first start, last end]: the wall time the shares are of.
+        self.extents: dict[int, list[int]] = {}
         # (root duration, trace id, root name): a min-heap of the slowest roots.
         self._slowest: list[tuple[int, str, str]] = []
         self._slowest_ids: set[str] = set()
         self.root_durations_ms = array("d")
 
+    @property
+    def first_ns(self) -> int | None:
+        return min((first for first, _ in self.extents.values()), default=None)
+
+    @property
+    def last_ns(self) -> int | None:
+        return max((last for _, last in self.extents.values()), default=None)
+
     def add(self, source: int, span: dict[str, Any]) -> None:
         times = span_times(span)
-        first, last = self.extents.get(source, (times.start_ns, times.end_ns))
-        self.extents[source] = (min(first, times.start_ns), max(last, times.end_ns))
+        start_ns, end_ns = times.start_ns, times.end_ns
+        extent = self.extents.get(source)
+        if extent is None:
+            self.extents[source] = [start_ns, end_ns]
+        else:
+            if start_ns < extent[0]:
+                extent[0] = start_ns
+            if end_ns > extent[1]:
+                extent[1] = end_ns
         self.spans += 1
-        name = (
-            times.name if times.name in self.names or len(self.names) < MAX_NAMES else OTHER_NAMES
-        )
-        stats = self.names.get(name)
+        stats = self.names.get(times.name)
         if stats is None:
-            stats = self.names[name] = NameStats()
+            name = times.name if len(self.names) < MAX_NAMES else OTHER_NAMES
+            stats = self.names.get(name)
+            if stats is None:
+                stats = self.names[name] = NameStats()
         stats.count += 1
         stats.errors += times.error
-        duration_ns = times.end_ns - times.start_ns
+        duration_ns = end_ns - start_ns
         stats.durations_ms.append(duration_ns / 1e6)
-        self.first_ns = (
-            times.start_ns if self.first_ns is None else min(self.first_ns, times.start_ns)
-        )
-        self.last_ns = times.end_ns if self.last_ns is None else max(self.last_ns, times.end_ns)
         if not times.parent_id:
             self.root_durations_ms.append(duration_ns / 1e6)
             entry = (duration_ns, times.trace_id, times.name)
@@ -184,6 +197,20 @@ class Timelines:
     def __init__(self, trace_ids: list[str]) -> None:
         self.order = trace_ids
         self._traces = {trace_id: _TraceSpans() for trace_id in trace_ids}
+
+    def may_hold(self, line: bytes) -> bool:
+        """Whether a line of the files can hold a span of a chosen trace. Where a line
+        escapes no character (and is not UTF-16 or -32: no NUL) its bytes are the text
+        json.loads reads, so the trace ids it writes tell; any other line is parsed."""
+        if SPANS_KEY not in line:
+            return False
+        if b"\\" in line or b"\x00" in line:
+            return True
+        try:
+            written = [found.decode() for found in _WRITTEN_TRACE_ID.findall(line)]
+        except UnicodeDecodeError:
+            return True  # not UTF-8: json.loads tells it apart
+        return any(trace_id.lower() in self._traces for trace_id in written)
 
     def wants(self, span: dict[str, Any]) -> bool:
         trace_id = span.get("traceId")

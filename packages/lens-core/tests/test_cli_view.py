@@ -3,19 +3,25 @@ and `lens demo --view`."""
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from lens_cli import run_lens
-from lens_view_runs import T0, metrics_request
+from lens_view_runs import T0, metrics_request, span, spans_request
 
 from nemo.lens.cli._view import default_out
 
 
-def _gauge_file(path: Path) -> Path:
+def _gauge_line() -> str:
     metric = {"name": "g", "gauge": {"dataPoints": [{"timeUnixNano": str(T0), "asDouble": 1.0}]}}
-    path.write_text(metrics_request([metric]) + "\nnot json\n", encoding="utf-8")
+    return metrics_request([metric])
+
+
+def _gauge_file(path: Path) -> Path:
+    path.write_text(_gauge_line() + "\nnot json\n", encoding="utf-8")
     return path
 
 
@@ -94,3 +100,25 @@ def test_demo_view_refuses_the_otlp_exporter(tmp_path: Path) -> None:
     result = run_lens("demo", "--exporter", "otlp", "--view", cwd=tmp_path)
     assert result.returncode == 2
     assert "--view" in result.stderr
+
+
+def test_a_pipe_is_read_like_a_file(tmp_path: Path) -> None:
+    """`lens view <(zcat run.jsonl.gz)`: a pipe, which cannot seek back for the second
+    pass over the spans, still gives a report of everything in it."""
+    lines = [spans_request([span("step", "ab" * 16, "cd" * 8)]), _gauge_line()]
+    read_end, write_end = os.pipe()
+
+    def write() -> None:
+        with os.fdopen(write_end, "w", encoding="utf-8") as out:
+            out.write("\n".join(lines) + "\n")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        result = run_lens("view", f"/dev/fd/{read_end}", "-o", "out.html", cwd=tmp_path)
+    finally:
+        writer.join(10)
+        os.close(read_end)
+    assert result.returncode == 0, result.stderr
+    assert "1 metric points, 1 spans, 0 logs from 1 file" in result.stdout
+    assert (tmp_path / "out.html").read_text(encoding="utf-8").startswith("<!doctype html>")

@@ -415,3 +415,19 @@ def test_a_file_name_that_is_not_utf8_still_gets_a_report(tmp_path: Path) -> Non
     result = run_lens("view", name, "-o", "out.html", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out.html").stat().st_size > 0
+
+
+def test_a_chart_remembers_a_bounded_number_of_attribute_texts() -> None:
+    """One series written a thousand ways (an ignored field that differs) over ten
+    sources: one series, its points all read, and at most _MAX_KNOWN texts remembered."""
+    charts = _metric_charts.MetricCharts()
+    for source in range(10):
+        for way in range(100):
+            written = [{"key": "shard", "value": {"stringValue": "a"}, "ignored": way}]
+            point = {"timeUnixNano": str(T0 + way), "asDouble": 1.0, "attributes": written}
+            charts.add(source, {"name": "g", "gauge": {"dataPoints": [point]}})
+    chart = charts.charts[("g", "gauge")]
+    assert chart.points == 1000
+    assert len(chart.series) == 10  # one per source
+    remembered = sum(len(texts) for texts in chart.known.values())
+    assert remembered == chart.known_texts == _metric_charts._MAX_KNOWN

@@ -55,10 +55,11 @@ MIN_DRAWN: Final = 50
 MAX_BUCKETS: Final = 4096
 # How many series keys of hidden series are remembered to count them distinctly.
 _MAX_HIDDEN_KEYS: Final = 1_000_000
-# A chart remembers which series this many attribute lists (as written) name, each of up
-# to _MAX_KNOWN_TEXT bytes: a point of a known list skips decoding its attributes.
+# A chart remembers which series this many attribute lists (as written, over all its
+# sources) name, each of up to _MAX_KNOWN_TEXT bytes: a point of a known list skips
+# decoding its attributes. At most MAX_CHARTS x 80 x 1 KiB (32 MiB) in all.
 _MAX_KNOWN: Final = 4 * MAX_SERIES
-_MAX_KNOWN_TEXT: Final = 4096
+_MAX_KNOWN_TEXT: Final = 1024
 # What a source none of whose series a chart draws yet knows (never written to).
 _NOTHING_KNOWN: Final[dict[bytes | None, Series]] = {}
 
@@ -161,6 +162,7 @@ class Chart:
     #: By source, a point's attributes as written (`written_key`; b"" for none) -> its
     #: series, once drawn (None, a list too deeply nested for a key, is never kept).
     known: dict[int, dict[bytes | None, Series]] = field(default_factory=dict)
+    known_texts: int = 0
     hidden: set[int] = field(default_factory=set)
     hidden_points: int = 0
     points: int = 0
@@ -349,8 +351,11 @@ def _keep(chart: Chart, key: tuple[Any, ...], series: Series, text: bytes | None
     """Keep a series whose point read, and remember it by its attributes as written."""
     chart.series.setdefault(key, series)
     known = chart.known.setdefault(series.source, {})
-    if text is not None and len(known) < _MAX_KNOWN and len(text) <= _MAX_KNOWN_TEXT:
+    if text is None or text in known or len(text) > _MAX_KNOWN_TEXT:
+        return
+    if chart.known_texts < _MAX_KNOWN:
         known[text] = chart.series[key]
+        chart.known_texts += 1
 
 
 def _kind(data_field: str, data: dict[str, Any]) -> str:

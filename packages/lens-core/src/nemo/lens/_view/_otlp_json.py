@@ -71,6 +71,7 @@ class SpanLines:
     def note(self, place: int, offset: int) -> None:
         if self.noted >= MAX_NOTED:
             self.complete = False
+            self.offsets.clear()  # never read now: the second pass reads every line
             return
         self.noted += 1
         self.offsets.setdefault(place, array("q")).append(offset)
@@ -107,7 +108,9 @@ def reread_requests(
     for place, path in enumerate(paths):
         with path.open("rb") as lines:
             found: Iterable[bytes] = lines
-            if span_lines.complete:
+            # A pipe (`<(zcat run.jsonl.gz)`) cannot seek: read on, as every line is read
+            # where nothing was noted (its second read finds nothing left).
+            if span_lines.complete and lines.seekable():
                 at = span_lines.offsets.get(place, array("q"))
                 found = (_line_at(lines, offset) for offset in at)
             for raw in found:

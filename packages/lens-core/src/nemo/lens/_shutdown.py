@@ -364,6 +364,14 @@ class _Worker:
         self.tasks: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, name=IDLE_NAME, daemon=True)
 
+    def start(self) -> bool:
+        """Start the thread; False where none can start (interpreter shutdown on 3.12)."""
+        try:
+            self.thread.start()
+        except RuntimeError:
+            return False
+        return True
+
     def run(self, name: str, task: Callable[[], object]) -> None:
         """Run `task` on this worker's thread (named `name` meanwhile); the caller took
         the worker out of `_idle` or just started it. Takes no lock: `SimpleQueue.put`
@@ -426,9 +434,7 @@ def _run_on_worker(name: str, task: Callable[[], object]) -> threading.Thread | 
     worker = _take_idle()
     if worker is None:
         worker = _Worker()
-        try:
-            worker.thread.start()
-        except RuntimeError:
+        if not worker.start():
             return None
     worker.run(name, task)
     return worker.thread
@@ -440,11 +446,8 @@ def _keep_one_idle(shut_down: object | None = None) -> None:
     if _idle_here() or not [key for key, _ in _pending_here() if key is not shut_down]:
         return
     worker = _Worker()
-    try:
-        worker.thread.start()
-    except RuntimeError:  # already shutting down: the exit hook runs the work itself
-        return
-    _idle.append(worker)
+    if worker.start():  # else already shutting down: the exit hook runs the work itself
+        _idle.append(worker)
 
 
 def shutdown_at_exit(key: object, shutdown: Callable[[int], object]) -> None:

@@ -380,7 +380,7 @@ def _seconds(later_ns: int, earlier_ns: int) -> float:
 def _value_row(
     series: Series, temporality: int, start_ns: int, time_ns: int, point: dict[str, Any]
 ) -> tuple[float]:
-    """The value of a gauge point, or of a cumulative up-down sum's."""
+    """The value of a gauge point."""
     return (point_value(point),)
 
 
@@ -492,7 +492,7 @@ def _histogram_row(
             series.bucket_bounds, series.bucket_counts = list(by_bound), list(by_bound.values())
         if same_run:
             low = high = None  # the point's min and max are the run's, not the interval's
-    p99, p90, p50 = _quantiles.quantiles((0.99, 0.9, 0.5), bounds, interval, low, high)
+    p99, p90, p50 = _quantiles.quantiles(_quantiles.DRAWN, bounds, interval, low, high)
     return p99, p90, p50
 
 

@@ -13,7 +13,8 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import accumulate
 
-QUANTILES = (0.5, 0.9, 0.99)
+#: The quantiles a histogram's chart draws, highest first (as its columns are).
+DRAWN: tuple[float, ...] = (0.99, 0.9, 0.5)
 
 
 def quantile(

@@ -236,3 +236,83 @@ def test_the_pipeline_resource_serializes_its_attributes_for_a_hash_once(
     monkeypatch.setattr("opentelemetry.sdk.resources.dumps", counting_dumps)
     assert len({hash(resource) for _ in range(3)}) == 1
     assert serialized == []
+
+
+@pytest.fixture
+def detections(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Each call of the SDK's `Resource.create`, counted (the last detection forgotten)."""
+    from opentelemetry.sdk import resources as sdk_resources
+
+    from nemo.lens._sdk import _pipeline
+
+    monkeypatch.setattr(_pipeline, "_last_detection", None)
+    made: list[object] = []
+    create = sdk_resources.Resource.create
+
+    def counting_create(*args: Any, **kwargs: Any) -> Any:
+        made.append(args)
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(sdk_resources.Resource, "create", staticmethod(counting_create))
+    return made
+
+
+def test_the_resource_is_what_the_sdk_would_build_from_the_same_attributes(
+    detections: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same attributes, same order, same schema URL as `Resource.create(attributes)`, the
+    environment's attributes included."""
+    from opentelemetry.sdk.resources import Resource
+
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=ml,service.name=from-env")
+    given = attributes(caller_attributes={"tags": ["a", "b"]})
+    built = build_resource(given)
+    expected = Resource.create(given)
+    assert list(built.attributes.items()) == list(expected.attributes.items())
+    assert built.attributes["tags"] == ("a", "b")
+    assert built.schema_url == expected.schema_url
+
+
+def test_a_second_setup_reuses_the_detection_while_the_environment_is_the_same(
+    detections: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's detection runs once for two setups (with other attributes); a changed
+    OpenTelemetry variable makes the next setup detect again, and reads the new value."""
+    first = build_resource(attributes(run_id="one"))
+    second = build_resource(attributes(run_id="two"))
+    assert len(detections) == 1
+    assert first.attributes["nemo.run.id"] == "one"
+    assert second.attributes["nemo.run.id"] == "two"
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=ml")
+    third = build_resource(attributes())
+    assert len(detections) == 2
+    assert third.attributes["team"] == "ml"
+
+
+def test_detectors_named_in_the_environment_detect_at_every_setup(
+    detections: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Detectors a user names may find something new each time: never reused."""
+    monkeypatch.setenv("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "otel")
+    build_resource(attributes())
+    build_resource(attributes())
+    assert len(detections) == 2
+
+
+@pytest.mark.fork
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process.*multi-threaded:DeprecationWarning")
+def test_a_forked_child_detects_its_own_resource(detections: list[object]) -> None:
+    """A detection is the process's: a forked child runs its own, once."""
+    from lens_fork import in_child
+
+    build_resource(attributes())
+
+    def twice_in_child() -> int:
+        before = len(detections)
+        build_resource(attributes())
+        build_resource(attributes())
+        return len(detections) - before
+
+    assert in_child(twice_in_child) == 1
+    assert len(detections) == 1

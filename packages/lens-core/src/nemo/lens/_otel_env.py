@@ -561,6 +561,21 @@ def resource_attributes_service_name(environ: Mapping[str, str] | None = None) -
     return found
 
 
+#: What the SDK's `Resource.create` reads from the environment (its default detectors'
+#: inputs, and the variable that names other detectors).
+_RESOURCE_VARIABLES: Final = ("OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME")
+_RESOURCE_DETECTORS: Final = "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS"
+
+
+def resource_inputs() -> tuple[str, ...] | None:
+    """The environment the SDK's resource detection reads, as raw values; None when
+    `OTEL_EXPERIMENTAL_RESOURCE_DETECTORS` names detectors, whose results may change
+    from one detection to the next."""
+    if os.environ.get(_RESOURCE_DETECTORS, "").strip():
+        return None
+    return tuple(os.environ.get(name, "") for name in _RESOURCE_VARIABLES)
+
+
 def environment_service_name(environ: Mapping[str, str] | None = None) -> str | None:
     """The service name OpenTelemetry's variables give, or None when neither names one.
 

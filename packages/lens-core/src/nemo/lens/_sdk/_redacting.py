@@ -86,9 +86,10 @@ def redacted_attributes(
 
 
 def redacted_resource(resource: Resource) -> Resource:
-    """`resource` itself when no key is secret, else a copy with those values redacted."""
+    """`resource` itself when no key is secret, else a copy (of the same class) with those
+    values redacted."""
     attributes = redacted_mapping(resource.attributes)
-    return resource if attributes is None else Resource(attributes, resource.schema_url)
+    return resource if attributes is None else type(resource)(attributes, resource.schema_url)
 
 
 def _bounded(values: Mapping[str, Any], dropped: int, *, always: bool = False) -> Mapping[str, Any]:

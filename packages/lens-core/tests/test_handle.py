@@ -262,9 +262,8 @@ def test_blocked_shutdown_is_abandoned_with_a_warning_on_a_daemon_thread(
 def test_a_second_setup_and_shutdown_starts_no_thread_of_lens(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A setup starts one worker of lens's (idle, for exit), and its shutdown's lanes run
-    on it, one after another; it waits idle afterwards, so the next setup and shutdown
-    start none."""
+    """A setup and its shutdown start lens's workers (one idle for exit, one per lane);
+    they wait idle afterwards, so the next setup and shutdown start none."""
     # Setups other tests left pending at exit, and their idle workers, are not this test's.
     monkeypatch.setattr(_shutdown, "_at_exit", {})
     monkeypatch.setattr(_shutdown, "_idle", [])
@@ -276,7 +275,7 @@ def test_a_second_setup_and_shutdown_starts_no_thread_of_lens(
         start(thread)
 
     monkeypatch.setattr(threading.Thread, "start", counting_start)
-    for round_ in range(2):
+    for _ in range(2):
         started.clear()
         exporter = InMemorySpanExporter()
         handle = exporting_handle(exporter)
@@ -286,9 +285,9 @@ def test_a_second_setup_and_shutdown_starts_no_thread_of_lens(
         assert [span.name for span in exporter.get_finished_spans()] == ["step"]
         assert shutdown_done(handle)
         lens_started = [name for name in started if name.startswith("nemo-lens")]
-        if round_ == 0:
-            assert lens_started == ["nemo-lens-exit"]
-        assert eventually(lambda: len(_shutdown._idle_here()) == 1)
+        if not _shutdown._idle_here():  # the first round: the workers it started
+            assert lens_started == ["nemo-lens-exit", "nemo-lens-shutdown"]
+        assert eventually(lambda: len(_shutdown._idle_here()) == 2)
     assert lens_started == []
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -155,49 +154,3 @@ def test_an_infinite_budget_is_bounded_by_the_maximum_and_returns_when_done() ->
     handle.shutdown(timeout_ms=math.inf)
     assert time.monotonic() - started < WAIT_S
     assert [span.name for span in exporter.get_finished_spans()] == ["inf"]
-
-
-Ran = list[tuple[str, int]]
-
-
-def lane(name: str, ran: Ran, *, hold: threading.Event | None = None) -> _shutdown.Lane:
-    """A lane of one step noting its name and thread, then waiting for `hold` if given."""
-
-    def step(_remaining_ms: int) -> None:
-        ran.append((name, threading.get_ident()))
-        if hold is not None:
-            hold.wait(WAIT_S)
-
-    return (name, [(f"{name}.step", step)])
-
-
-def test_quick_lanes_run_in_order_on_one_worker() -> None:
-    """Lanes that finish quickly cost one hand-over: they run one after another on one
-    worker thread, not on the caller's."""
-    ran: Ran = []
-    assert _shutdown.run_lanes("flush", [lane(name, ran) for name in "abc"], 2000)
-    assert [name for name, _ in ran] == ["a", "b", "c"]
-    assert len({thread for _, thread in ran}) == 1
-    assert ran[0][1] != threading.get_ident()
-
-
-def test_a_slow_lane_holds_the_others_back_only_until_they_spread() -> None:
-    """While the first lane is stuck, the waiting caller gives each lane after it a worker
-    of its own: they run before the stuck one returns, and each once."""
-    hold = threading.Event()
-    ran: Ran = []
-    lanes = [lane("stuck", ran, hold=hold), lane("b", ran), lane("c", ran)]
-    started = _shutdown.start_lanes("flush", lanes, 20_000)
-    waiter = threading.Thread(target=started.wait, daemon=True)
-    waiter.start()
-    try:
-        assert eventually(lambda: len(ran) == 3)
-        assert not started.finished()
-        assert sorted(name for name, _ in ran) == ["b", "c", "stuck"]
-        assert len({thread for _, thread in ran}) == 3
-    finally:
-        hold.set()
-    waiter.join(WAIT_S)
-    assert not waiter.is_alive()
-    assert started.finished()
-    assert len(ran) == 3

@@ -5,10 +5,9 @@ exporter (a collector that does not answer, a lock held by the signal-interrupte
 thread) cannot hold a training job past its own deadline. Work still running at the
 deadline is abandoned with a warning; being on daemon threads, it never delays exit.
 
-Each signal is a lane of its own, run against the same deadline. The lanes start one
-after another on one thread (a quick flush or shutdown costs one hand-over), and once
-`SPREAD_S` passed each lane not yet begun gets a thread of its own, so a traces collector
-that is down cannot starve the metrics export of its time (and the other way round).
+Each signal is a lane of its own, run on its own thread against the same deadline, so a
+traces collector that is down cannot starve the metrics export of its time (and the
+other way round).
 
 A shutdown that is still running when the process exits (a SIGTERM handler calling
 `sys.exit` mid-shutdown) is waited for by the exit hook, until that shutdown's own
@@ -66,10 +65,6 @@ DEFAULT_TIMEOUT_MS: Final = 5000
 MAX_TIMEOUT_MS: Final = 600_000
 #: How often a `LaneRuns.join` looks whether the lanes finished.
 JOIN_POLL_S: Final = 0.005
-#: How long lanes run one after another on one worker before each lane not yet begun
-#: gets a worker of its own: a slow lane (an exporter that does not answer) delays the
-#: others by about this much, and quick ones cost one hand-over instead of one each.
-SPREAD_S: Final = 0.05
 #: What lens's exit hook gives a pipeline that was never shut down.
 EXIT_TIMEOUT_MS: Final = DEFAULT_TIMEOUT_MS
 #: How long an idle worker waits for a task before it leaves (unless exit needs it).
@@ -199,23 +194,23 @@ class LaneRuns:
         return all(run.finished.is_set() for run in self.runs)
 
     def start(self) -> None:
-        """Start the lanes not started yet; idempotent (a lane started twice runs once).
+        """Start every lane not started yet; idempotent (a lane started twice runs once).
 
-        They run one after another on one worker (`_Worker`): an idle one, or one
-        started for them; `spread` later gives each lane not yet begun a worker of its
-        own. Where no thread can be started (interpreter shutdown on Python 3.12), the
-        lanes run here, one after the other in the order given, each with an equal share
-        of what is left.
+        Each lane runs on a worker (`_Worker`): an idle one, or one started for it. Where
+        no thread can be started (interpreter shutdown on Python 3.12), the lanes run
+        here, one after the other in the order given, each with an equal share of what is
+        left.
         """
-        waiting = [run for run in self.runs if run.thread is None and not run.finished.is_set()]
         inline: list[_LaneRun] = []
-        if waiting:
-            task = functools.partial(_run_in_order, waiting, self.action, self.deadline)
-            thread = _run_on_worker(f"nemo-lens-{self.action}", task)
-            if thread is None:
-                inline = waiting
-            for run in waiting:
-                run.thread = thread
+        for run in self.runs:
+            if run.thread is not None or run.finished.is_set():
+                continue
+            if not inline:
+                task = functools.partial(run.run, self.action, self.deadline)
+                run.thread = _run_on_worker(f"nemo-lens-{self.action}", task)
+                if run.thread is not None:
+                    continue
+            inline.append(run)
         _keep_one_idle(self.exit_key)
         # The key (a handle) is not needed again, and this run stays listed for exit
         # (`_running`) after it finishes.
@@ -224,24 +219,9 @@ class LaneRuns:
             left = max(0.0, self.deadline - time.monotonic())
             run.run(self.action, time.monotonic() + left / (len(inline) - index))
 
-    def spread(self, *, start_threads: bool = True) -> None:
-        """Give each lane not yet begun a worker of its own (an idle one, or, if
-        `start_threads`, a new one); whichever worker comes to a lane first runs it."""
-        for run in self.runs:
-            if run.claim.locked() or run.finished.is_set():
-                continue  # begun, or done
-            task = functools.partial(run.run, self.action, self.deadline)
-            thread = _run_on_worker(f"nemo-lens-{self.action}", task, start_new=start_threads)
-            if thread is not None:
-                run.thread = thread
-
     def wait(self) -> bool:
         """Wait for the lanes until the deadline (and `GRACE_MS`), warning about each one
         unfinished; True when every step finished in time without failing."""
-        if len(self.runs) > 1:
-            left = max(0.0, self.deadline - time.monotonic())
-            if not self.runs[-1].finished.wait(min(SPREAD_S, left)):
-                self.spread()
         ok = True
         for run in self.runs:
             wait_s = max(0.0, self.deadline - time.monotonic()) + GRACE_MS / 1000
@@ -262,20 +242,9 @@ class LaneRuns:
 
     def join(self, timeout_ms: int) -> bool:
         """Wait, lock-free, until every lane finished, at most `timeout_ms` and never past
-        this run's deadline (and `GRACE_MS`); True if they all finished. After `SPREAD_S`
-        the lanes not yet begun go to idle workers (starting a thread takes locks)."""
-        now = time.monotonic()
-        until = min(now + max(0, timeout_ms) / 1000, self.deadline + GRACE_MS / 1000)
-        if _poll_until(self.finished, min(until, now + SPREAD_S)):
-            return True
-        self.spread(start_threads=False)
+        this run's deadline (and `GRACE_MS`); True if they all finished."""
+        until = min(time.monotonic() + max(0, timeout_ms) / 1000, self.deadline + GRACE_MS / 1000)
         return _poll_until(self.finished, until)
-
-
-def _run_in_order(runs: Sequence[_LaneRun], action: str, deadline: float) -> None:
-    """Run the lanes one after another (each runs once: one begun elsewhere is skipped)."""
-    for run in runs:
-        run.run(action, deadline)
 
 
 def _poll_until(condition: Callable[[], bool], until: float) -> bool:
@@ -459,16 +428,11 @@ def _take_idle() -> _Worker | None:
             return worker
 
 
-def _run_on_worker(
-    name: str, task: Callable[[], object], *, start_new: bool = True
-) -> threading.Thread | None:
-    """Run `task` on an idle worker, or on a new one if `start_new`; None where there is
-    none (no thread can start during interpreter shutdown on Python 3.12), and then the
-    caller runs it or lets it be."""
+def _run_on_worker(name: str, task: Callable[[], object]) -> threading.Thread | None:
+    """Run `task` on an idle worker, or on a new one; None where no thread can start
+    (interpreter shutdown on Python 3.12), and then the caller runs it."""
     worker = _take_idle()
     if worker is None:
-        if not start_new:
-            return None
         worker = _Worker()
         if not worker.start():
             return None

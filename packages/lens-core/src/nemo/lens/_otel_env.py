@@ -571,7 +571,7 @@ def resource_inputs() -> tuple[str, ...] | None:
     """The environment the SDK's resource detection reads, as raw values; None when
     `OTEL_EXPERIMENTAL_RESOURCE_DETECTORS` names detectors, whose results may change
     from one detection to the next."""
-    if os.environ.get(_RESOURCE_DETECTORS, "").strip():
+    if _read(None, _RESOURCE_DETECTORS):
         return None
     return tuple(os.environ.get(name, "") for name in _RESOURCE_VARIABLES)
 

@@ -459,8 +459,8 @@ def build_resource(attributes: Mapping[str, AttributeValue]) -> Resource:
     secret key's value redacted (`OTEL_RESOURCE_ATTRIBUTES`' too).
 
     What `Resource.create(attributes)` gives: the detection's attributes, then these
-    (which are clean already). Without a `service.name` it is that call itself, for the
-    SDK's `unknown_service` fallback.
+    (which are clean already). With an empty `service.name` it is that call itself, for
+    the SDK's `unknown_service` fallback (the detection names a service of its own).
     """
     detected = detected_resource()
     merged = {**detected.attributes, **attributes}

@@ -4,6 +4,7 @@ count as one series, as the installed SDK keeps them (issue 22)."""
 from __future__ import annotations
 
 import threading
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -111,6 +112,74 @@ def test_a_series_shares_one_keyed_copy_and_the_memory_of_them_is_bounded(
     assert again is not first
     assert again == first == {"rank": 0}
     assert again.series_key == first.series_key
+
+
+class _Key(str):
+    """A str subclass: equal to its str, and hashed alike."""
+
+
+def test_a_set_keyed_before_is_known_only_for_the_same_types() -> None:
+    """`known_set` hands back the copy `keyed` made for an equal set of str keys and str
+    or int values, whatever the order; never for a set Python merely finds equal to it
+    (True or 1.0 for 1, a str subclass as a key) nor for a mapping that is not a dict:
+    `record_metrics` cleans and keys those afresh."""
+    _series.follow_sdk(True)  # starts the memory of keyed sets afresh
+    assert _series.known_set({"rank": 1, "stage": "a"}) is None
+    copied = _series.keyed({"rank": 1, "stage": "a"})
+    assert _series.known_set({"stage": "a", "rank": 1}) is copied
+    look_alikes: list[dict[Any, object]] = [
+        {"rank": True, "stage": "a"},
+        {"rank": 1.0, "stage": "a"},
+        {_Key("rank"): 1, "stage": "a"},
+    ]
+    for look_alike in look_alikes:
+        assert look_alike == copied
+        assert _series.known_set(look_alike) is None
+    assert _series.known_set(types.MappingProxyType({"rank": 1, "stage": "a"})) is None
+    assert _series.known_set(["rank"]) is None
+
+
+def test_a_set_equal_to_a_known_one_records_what_the_sdk_keeps() -> None:
+    """On lens's coalescing meter, {"rank": 1} then {"rank": True} and {"rank": 1.0} (equal
+    in Python), call after call: the points and their attribute types are the SDK's own
+    for the same calls made by hand."""
+    calls: list[tuple[float, dict[str, Any]]] = [
+        (1.0, {"rank": 1}),
+        (2.0, {"rank": True}),
+        (3.0, {"rank": 1.0}),
+        (4.0, {"rank": 1}),
+    ]
+
+    def typed(points: list[Any]) -> list[tuple[float, list[tuple[str, type, object]]]]:
+        return sorted(
+            (point.value, sorted((k, type(v), v) for k, v in point.attributes.items()))
+            for point in points
+        )
+
+    raw = in_memory_metrics()
+    try:
+        gauge = raw.meter.create_gauge("keys.known")
+        for value, attributes in calls:
+            gauge.set(value, attributes)
+        expected = typed(raw.points("keys.known"))
+    finally:
+        raw.shutdown()
+    with isolated_telemetry():
+        register_metric_group("keys_known", [MetricSpec("depth", "keys.known", "gauge")])
+        reader = InMemoryMetricReader()
+        handle = setup_telemetry(
+            NemoLensConfig(enabled=True, traces_enabled=False), metric_reader=reader
+        )
+        try:
+            for value, attributes in calls:
+                record_metrics(handle.meter, "keys_known", attributes=attributes, depth=value)
+            data = reader.get_metrics_data()
+        finally:
+            handle.shutdown()
+    assert data is not None
+    metrics = [m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
+    points = [p for m in metrics if m.name == "keys.known" for p in m.data.data_points]
+    assert typed(points) == expected
 
 
 def test_an_unhashable_set_gets_no_key_and_never_raises() -> None:

@@ -166,7 +166,9 @@ class RegionWriter:
         words = self._words
         floats = self._floats
         now = monotonic_ns()
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`: that costs a lock ~80 ns more per hold
+        try:
             for name, value in items.items():
                 entry = kept.get(name)
                 if entry is None:
@@ -212,6 +214,8 @@ class RegionWriter:
                     rest[name] = value
                     continue
                 words[field] += 1
+        finally:
+            lock.release()
         return rest
 
     def append_record(self, token: int, payload: bytes) -> bool:

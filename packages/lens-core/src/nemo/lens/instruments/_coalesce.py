@@ -190,7 +190,9 @@ class CoalescingBuffer:
         # instrument that records directly, or a sum past a float (see below).
         direct: list[tuple[PendingInstrument, Any, Mapping[str, object] | None]] = []
         threaded = self.threaded
-        with shard.lock:
+        lock = shard.lock
+        lock.acquire()  # not `with`: that costs a lock ~80 ns more per hold
+        try:
             shard_series = shard.series
             budgets = shard.int64_budgets
             for name, value in items.items():
@@ -309,6 +311,8 @@ class CoalescingBuffer:
                         grant_room(budgets, pending, kept_entry)
                     continue
                 _hand_over_overflow(pending, kept_entry, value, direct)
+        finally:
+            lock.release()
         if direct:
             _record_now(direct)
         return rest
@@ -378,8 +382,11 @@ class CoalescingBuffer:
                 pending.known = {}
         # An empty context: a collection started inside a span must not lend that span's
         # trace to exemplars of values recorded elsewhere (a reader's thread has one).
-        empty = not otel_context.get_current()
-        token = None if empty else otel_context.attach(otel_context.Context())
+        # Nothing taken, nothing to hand: the context is left unread (on 1.23 the first
+        # read of a process loads the runtime context, an entry-point scan).
+        token = None
+        if taken and otel_context.get_current():
+            token = otel_context.attach(otel_context.Context())
         try:
             # A sum several threads added to reaches the SDK as one value per thread,
             # which it adds up.

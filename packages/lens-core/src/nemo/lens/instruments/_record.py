@@ -106,18 +106,25 @@ def record_metrics(
         items: Mapping[Any, Any] = kwargs if values is None else _merge(state, values, kwargs)
         bounded = False
         if attributes is not None:
-            attributes = _clean_attributes(state, attributes)
-            if attributes:
-                # Without a limit, the cardinality limit costs this one test per call: the
-                # plain emitters record. With one, the bounded emitters (see _cardinality)
-                # do; the loop is the same either way. The limit and a coalescing buffer
-                # key the attributes once per call, as one copy (see _series).
-                if _cardinality.limit:
-                    emitters = cache.bounded
-                    bounded = True
-                    attributes = _series.keyed(attributes)
-                elif cache.buffer is not None or cache.child:
-                    attributes = _series.keyed(attributes)
+            limited = _cardinality.limit
+            if not limited and cache.buffer is None and not cache.child:
+                attributes = _clean_attributes(state, attributes)
+            else:
+                # The limit and a coalescing buffer key the attributes once per call, as
+                # one copy (see _series); a set keyed before is that copy, cleaned then.
+                known = _series.known_set(attributes)
+                if known is None:
+                    attributes = _clean_attributes(state, attributes)
+                    if attributes:
+                        known = _series.keyed(attributes)
+                if known is not None:
+                    attributes = known
+                    # Without a limit, the cardinality limit costs this one test per call:
+                    # the plain emitters record. With one, the bounded emitters (see
+                    # _cardinality) do; the loop is the same either way.
+                    if limited:
+                        emitters = cache.bounded
+                        bounded = True
         keeper = cache.keeper
         if keeper is not None and cache.kept and not bounded:
             # The values a coalescing buffer (or a forked child's region) keeps as they
@@ -587,13 +594,17 @@ class _Int64Sum:
 
     def __call__(self, value: float, attributes: Mapping[str, object] | None = None) -> None:
         if type(value) is int and not self._as_float:
-            with self._lock:
+            lock = self._lock
+            lock.acquire()  # not `with`: that costs a lock ~80 ns more per hold
+            try:
                 total = self._total + (value if value >= 0 else -value)
                 switched = total > INT64_MAX
                 if switched:
                     self._as_float = True
                 else:
                     self._total = total
+            finally:
+                lock.release()
             if switched:
                 self._warn()
         if self._as_float:

@@ -95,7 +95,7 @@ def keyed(attributes: Mapping[str, object]) -> SeriesAttributes:
             # Equal keys may hold other values here (1 and True under the plain rule,
             # 0.0 and -0.0 under both), and the SDK keeps the first set it is given.
             return _copied(attributes)
-    key = series_key(attributes)  # strs and ints always hash
+    key = frozenset(attributes.items())  # a set of strs and ints: its key by either rule
     known = _known_sets.get(key)
     if known is not None:
         return known
@@ -105,6 +105,23 @@ def keyed(attributes: Mapping[str, object]) -> SeriesAttributes:
         _known_sets.clear()
     _known_sets[key] = copied
     return copied
+
+
+def known_set(attributes: object) -> SeriesAttributes | None:
+    """The `SeriesAttributes` `keyed` made before for a dict equal to `attributes`, where
+    both hold only str keys and str or int values, else None; never raises.
+
+    `keyed` is given cleaned attributes (`record_metrics`), and a set of exactly these
+    types equal to a cleaned one is the same content, so it needs no cleaning again: a
+    call whose set is known skips both the cleaning and the keying.
+    """
+    if type(attributes) is not dict:
+        return None
+    for key, value in attributes.items():
+        value_type = type(value)
+        if type(key) is not str or (value_type is not str and value_type is not int):
+            return None
+    return _known_sets.get(frozenset(attributes.items()))
 
 
 def _copied(attributes: Mapping[str, object]) -> SeriesAttributes:

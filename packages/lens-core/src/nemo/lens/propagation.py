@@ -48,8 +48,9 @@ _CARRIER_IGNORED: Final = "the carrier is ignored"
 
 #: The logger OpenTelemetry's W3C baggage propagator warns on (every release lens supports).
 _BAGGAGE_LOGGER: Final = "opentelemetry.baggage.propagation"
-# A %-style placeholder in a log record's format string, e.g. `%s`, `%d`, `%(name)s`.
-_PLACEHOLDER: Final = re.compile(r"%(?:\([^)]*\))?[-#0 +]*\d*(?:\.\d+)?[a-zA-Z]")
+# A %-style placeholder in a log record's format string, e.g. `%s`, `%d`, `%(name)s`;
+# compiled by `re` (and kept in its cache) at the first warning, not at import.
+_PLACEHOLDER: Final = r"%(?:\([^)]*\))?[-#0 +]*\d*(?:\.\d+)?[a-zA-Z]"
 
 
 class _BaggageWarnings(logging.Filter):
@@ -58,7 +59,7 @@ class _BaggageWarnings(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
-            kind = _PLACEHOLDER.sub("...", str(record.msg))
+            kind = re.sub(_PLACEHOLDER, "...", str(record.msg))
             _warnings.warn(
                 ("baggage", kind),
                 "OpenTelemetry's baggage propagator dropped baggage: %s (the header's "

@@ -208,10 +208,33 @@ def test_missing_nvidia_smi_gives_no_key_and_no_warning(
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.DEBUG, logger=resources.__name__)
     found = resources.detect_local(environ={})
     assert set(found) == {"host.name", "process.pid"}
-    assert caplog.records == []
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    # Found missing on PATH, without starting a process to learn it.
+    assert [r.getMessage() for r in caplog.records] == ["nvidia-smi is not on PATH"]
+
+
+def test_nvidia_smi_is_found_on_path_as_a_process_start_finds_it(
+    fake_nvidia_smi: FakeNvidiaSmi,
+    calls_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Earlier PATH entries holding a directory or a file without execute permission
+    named nvidia-smi are passed over, as `subprocess` passes them over; the executable
+    after them answers."""
+    fake_nvidia_smi("echo 3")
+    shadows = []
+    for name, make in (("dir", Path.mkdir), ("file", Path.touch)):
+        shadow = tmp_path / name
+        shadow.mkdir()
+        make(shadow / "nvidia-smi")
+        shadows.append(str(shadow))
+    monkeypatch.setenv("PATH", os.pathsep.join([*shadows, os.environ["PATH"]]))
+    assert resources.detect_local(environ={})["host.gpu.count"] == 3
+    assert calls(calls_file) == ["--query-gpu=count --format=csv,noheader"]
 
 
 @pytest.mark.parametrize(

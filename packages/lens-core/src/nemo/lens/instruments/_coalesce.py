@@ -473,6 +473,8 @@ class _Shard:
     def take(self) -> _ShardSeries:
         """Return the buffered values and start afresh; until the flush ends, each
         instrument's taken series are in flight (see `PendingInstrument.may_record_now`)."""
+        if not self.series:  # a value kept by a call that returned is seen here
+            return {}
         with self.lock:
             series, self.series = self.series, {}
             budgets = self.int64_budgets

@@ -106,6 +106,9 @@ def record_metrics(
         items: Mapping[Any, Any] = kwargs if values is None else _merge(state, values, kwargs)
         bounded = False
         if attributes is not None:
+            # Without a limit, the cardinality limit costs this one read per call: the
+            # plain emitters record. With one, the bounded emitters (see _cardinality)
+            # do; the loop is the same either way.
             limited = _cardinality.limit
             if not limited and cache.buffer is None and not cache.child:
                 attributes = _clean_attributes(state, attributes)
@@ -119,9 +122,6 @@ def record_metrics(
                         known = _series.keyed(attributes)
                 if known is not None:
                     attributes = known
-                    # Without a limit, the cardinality limit costs this one test per call:
-                    # the plain emitters record. With one, the bounded emitters (see
-                    # _cardinality) do; the loop is the same either way.
                     if limited:
                         emitters = cache.bounded
                         bounded = True

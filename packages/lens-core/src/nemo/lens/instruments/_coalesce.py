@@ -223,6 +223,13 @@ class CoalescingBuffer:
                     else:
                         series[key] = [value, attributes, next(_order) if threaded else 0, NO_ROOM]
                     continue
+                if pending.holds_room and value_type is int and kept_entry is not None:
+                    # A counter's entry within the int64 room it holds (`ENTRY_ROOM`)
+                    # takes an int with one comparison against its cap.
+                    total = kept_entry[0]
+                    if total is not HANDED_OVER and (summed := total + value) <= kept_entry[3]:
+                        kept_entry[0] = summed
+                        continue
                 if pending.histogram:
                     boundaries = pending.boundaries
                     if kept_entry is None:
@@ -254,15 +261,6 @@ class CoalescingBuffer:
                     continue
                 if value_type is int:
                     if not pending.passed_int64:
-                        if kept_entry is not None:
-                            total = kept_entry[0]
-                            if (
-                                total is not HANDED_OVER
-                                and (summed := total + value) <= kept_entry[3]
-                            ):
-                                # Within the int64 room the entry holds (`ENTRY_ROOM`).
-                                kept_entry[0] = summed
-                                continue
                         # The int64 guard (see `PendingInstrument`).
                         value = spend_int64(
                             shard.int64_budgets, shard.series, pending, kept_entry, value
@@ -552,9 +550,11 @@ class PendingInstrument:
     kept as floats, which makes the SDK's sum a double. Each thread spends a budget taken
     from the instrument's remaining room in chunks, so it checks the bound under its
     shard's lock alone; with one thread that is the exact bound, with several it may
-    switch a little early (never late). A counter's buffered series holds part of its
-    thread's budget itself (its values are never negative, so its int sum is their
-    magnitude): a later int within it costs one comparison (`_int64_room.grant_room`).
+    switch a little early (never past the bound). A counter's buffered series holds part
+    of its thread's budget itself (its values are never negative, so its int sum is their
+    magnitude): a later int within it costs one comparison (`_int64_room.grant_room`),
+    and with several threads a series of another thread sums its ints within that room
+    until the next flush, after the switch.
     """
 
     __slots__ = (

@@ -108,6 +108,8 @@ def test_a_series_shares_one_keyed_copy_and_the_memory_of_them_is_bounded(
     assert len(_series._known_sets) == 3
     _series.keyed({"rank": 2})  # the fourth: the memory starts afresh with it
     assert len(_series._known_sets) == 1
+    assert _series.known_set({"rank": 0}) is None  # one attribute's index too
+    assert _series.known_set({"rank": 2}) is not None
     again = _series.keyed({"rank": 0})
     assert again is not first
     assert again == first == {"rank": 0}
@@ -137,6 +139,15 @@ def test_a_set_keyed_before_is_known_only_for_the_same_types() -> None:
         assert _series.known_set(look_alike) is None
     assert _series.known_set(types.MappingProxyType({"rank": 1, "stage": "a"})) is None
     assert _series.known_set(["rank"]) is None
+    # One attribute is found by its item, under the same rule.
+    assert _series.known_set({"rank": 1}) is None
+    single = _series.keyed({"rank": 1})
+    assert _series.known_set({"rank": 1}) is single
+    single_look_alikes: list[dict[Any, object]] = [{"rank": True}, {"rank": 1.0}, {_Key("rank"): 1}]
+    for single_look_alike in single_look_alikes:
+        assert single_look_alike == single
+        assert _series.known_set(single_look_alike) is None
+    assert _series.known_set(types.MappingProxyType({"rank": 1})) is None
 
 
 def test_a_set_equal_to_a_known_one_records_what_the_sdk_keeps() -> None:

@@ -63,7 +63,7 @@ def follow_sdk(keyed_by_type: bool) -> None:
     """Key series as the installed SDK does: by value and type, or by `frozenset(items)`."""
     global series_key
     series_key = typed_series_key if keyed_by_type else plain_series_key
-    _known_sets.clear()
+    _forget_known_sets()
 
 
 class SeriesAttributes(dict[str, object]):
@@ -102,8 +102,11 @@ def keyed(attributes: Mapping[str, object]) -> SeriesAttributes:
     copied = SeriesAttributes(attributes)
     copied.series_key = key
     if len(_known_sets) >= _KNOWN_SETS_MAX:  # past it, the sets in use come back first
-        _known_sets.clear()
+        _forget_known_sets()
     _known_sets[key] = copied
+    if len(copied) == 1:
+        (item,) = copied.items()
+        _known_pairs[item] = copied
     return copied
 
 
@@ -116,6 +119,12 @@ def known_set(attributes: object) -> SeriesAttributes | None:
     call whose set is known skips both the cleaning and the keying.
     """
     if type(attributes) is not dict:
+        return None
+    if len(attributes) == 1:  # the usual one attribute: its item finds it, no set made
+        (item,) = attributes.items()
+        value_type = type(item[1])
+        if type(item[0]) is str and (value_type is str or value_type is int):
+            return _known_pairs.get(item)
         return None
     for key, value in attributes.items():
         value_type = type(value)
@@ -134,6 +143,14 @@ def _copied(attributes: Mapping[str, object]) -> SeriesAttributes:
 
 
 #: The `SeriesAttributes` of each series of strs and ints keyed lately, by its key: at
-#: most `_KNOWN_SETS_MAX` (about 450 bytes each, 60 MB at most), then it starts afresh.
+#: most `_KNOWN_SETS_MAX` (about 520-620 bytes each for one or two attributes, the one
+#: attribute's item included; 80 MB at most), then it starts afresh.
 _known_sets: dict[frozenset[Any], SeriesAttributes] = {}
+#: The same, for the sets of one attribute, by their one item.
+_known_pairs: dict[tuple[str, object], SeriesAttributes] = {}
 _KNOWN_SETS_MAX: Final = 2**17
+
+
+def _forget_known_sets() -> None:
+    _known_sets.clear()
+    _known_pairs.clear()

@@ -258,6 +258,40 @@ def test_the_gauge_value_set_last_wins_whichever_thread_set_it() -> None:
         handle.shutdown()
 
 
+def test_a_gauge_value_set_again_and_again_still_wins_over_another_threads() -> None:
+    """A thread that set a gauge series twice (its later values take the short path to
+    the series' entry) and sets it once more after a second thread set it: its last
+    value wins."""
+    handle, reader = in_memory_setup()
+    turns = [threading.Event() for _ in range(3)]
+
+    def first() -> None:
+        turns[0].wait(10)  # both threads keep values in the buffer from here on
+        record_metrics(handle.meter, GROUP, loss=1.0)
+        record_metrics(handle.meter, GROUP, loss=1.5)
+        record_metrics(handle.meter, GROUP, loss=1.75)
+        turns[1].set()
+        turns[2].wait(10)
+        record_metrics(handle.meter, GROUP, loss=3.0)
+
+    def second() -> None:
+        record_metrics(handle.meter, GROUP, tokens=1)
+        turns[0].set()
+        turns[1].wait(10)
+        record_metrics(handle.meter, GROUP, loss=2.0)
+        turns[2].set()
+
+    try:
+        threads = [threading.Thread(target=target) for target in (first, second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert values_of(reader.get_metrics_data(), "co.loss") == [3.0]
+    finally:
+        handle.shutdown()
+
+
 def test_ints_several_threads_add_past_int64_export_as_one_float_sum(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -221,7 +221,7 @@ _WALKED: dict[tuple[str, str], Callable[[], list[object]]] = {
     ("strategies.py", "_lock"): _module_lock("strategies", "_lock"),
     ("instruments/_record.py", "_lock"): _int64_sum_locks,
     ("instruments/_coalesce.py", "_lock"): _buffer_locks,
-    ("instruments/_coalesce.py", "lock"): _shard_locks,
+    ("instruments/_shard.py", "lock"): _shard_locks,
     ("instruments/_coalesce.py", "int64_lock"): _int64_guard_locks,
     ("_log_filters.py", "_lock"): _module_lock("_log_filters", "_lock"),
     ("resources.py", "_lock"): _module_lock("resources", "_gpu_count_memory", "_lock"),

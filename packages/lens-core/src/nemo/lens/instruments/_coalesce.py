@@ -69,6 +69,7 @@ from nemo.lens.instruments._hand_over import (
 )
 from nemo.lens.instruments._int64_room import NO_ROOM, grant_room, return_room, spend_int64
 from nemo.lens.instruments._series import SeriesAttributes, keyed
+from nemo.lens.instruments._shard import Shard, ShardSeries, ThreadToken, new_row
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "record_metrics: coalesced recording")
@@ -83,7 +84,7 @@ _NO_ATTRIBUTES: Final[frozenset[Any]] = frozenset()
 class CoalescingBuffer:
     """The values recorded on one pipeline's coalesced instruments since its last collection.
 
-    Each thread keeps the values it records in a shard of its own (`_Shard`), behind a
+    Each thread keeps the values it records in a shard of its own (`Shard`), behind a
     lock only that thread and a flush take: threads never wait for each other, and one
     `record_metrics` call takes that lock once for all its coalesced values (`keep_call`).
     No logging and no SDK call ever runs under a shard's lock or the buffer's, so a
@@ -120,7 +121,7 @@ class CoalescingBuffer:
         #: The calling thread's shard, once it kept a value here.
         self._local = threading.local()
         #: Every thread's shard, in the order the threads first kept a value here.
-        self._shards: list[_Shard] = []
+        self._shards: list[Shard] = []
         #: True once a second thread kept values here: gauge values then carry the order
         #: they were set in, so the value set last wins across threads.
         self.threaded = False
@@ -141,7 +142,7 @@ class CoalescingBuffer:
             )
         return pending
 
-    def shard(self) -> _Shard:
+    def shard(self) -> Shard:
         """The calling thread's shard, made on its first value.
 
         The thread's local storage also holds a token the shard watches: it is freed when
@@ -150,10 +151,10 @@ class CoalescingBuffer:
         only then is the shard marked ended, to be taken one last time and dropped.
         """
         try:
-            shard: _Shard = self._local.shard
+            shard: Shard = self._local.shard
         except AttributeError:
-            token = _ThreadToken()
-            shard = _Shard(token)
+            token = ThreadToken()
+            shard = Shard(token)
             self._local.shard, self._local.token = shard, token
             with self._lock:
                 self._shards.append(shard)
@@ -195,7 +196,28 @@ class CoalescingBuffer:
         try:
             shard_series = shard.series
             budgets = shard.int64_budgets
+            rows = shard.rows
+            by_kept = rows.get(id(kept))
+            row = None if by_kept is None else by_kept[1].get(key)
             for name, value in items.items():
+                if row is not None and (hit := row.get(name)) is not None:
+                    # A series set before in this interval: a finite float replaces a
+                    # gauge's value; a counter's int within its room adds (see below).
+                    kept_entry, last_wins = hit
+                    if last_wins:
+                        if type(value) is float and value - value == 0:
+                            kept_entry[0] = value
+                            if threaded:  # else its mark is 1 already: set again
+                                kept_entry[2] = next(_order)
+                            continue
+                    elif (
+                        type(value) is int
+                        and value >= 0
+                        and kept_entry[3] is not NO_ROOM
+                        and (summed := kept_entry[0] + value) <= kept_entry[3]
+                    ):
+                        kept_entry[0] = summed
+                        continue
                 entry = kept.get(name)
                 if entry is None:
                     rest[name] = value
@@ -217,6 +239,10 @@ class CoalescingBuffer:
                     if kept_entry is not None:
                         kept_entry[0] = value
                         kept_entry[2] = next(_order) if threaded else 1
+                        if value_type is float:
+                            if row is None:
+                                row = new_row(rows, kept, key)
+                            row[name] = (kept_entry, True)
                     elif key not in pending.known and pending.may_record_now(key):
                         direct.append((pending, value, attributes))
                         pending.remember(key)
@@ -229,6 +255,9 @@ class CoalescingBuffer:
                     total = kept_entry[0]
                     if total is not HANDED_OVER and (summed := total + value) <= kept_entry[3]:
                         kept_entry[0] = summed
+                        if row is None:
+                            row = new_row(rows, kept, key)
+                        row[name] = (kept_entry, False)
                         continue
                 if pending.histogram:
                     boundaries = pending.boundaries
@@ -341,7 +370,7 @@ class CoalescingBuffer:
             # taken, that shard goes, and the int64 room it had not spent goes back (one
             # found ended only later waits for the next flush).
             ended = [shard for shard in shards if shard.ended]
-            taken = [series for series in map(_Shard.take, shards) if series]
+            taken = [series for series in map(Shard.take, shards) if series]
             if ended:
                 with self._lock:
                     self._shards = [shard for shard in self._shards if shard not in ended]
@@ -370,7 +399,7 @@ class CoalescingBuffer:
                 exc,
             )
 
-    def _hand_over(self, taken: list[_ShardSeries], failures: list[Exception]) -> None:
+    def _hand_over(self, taken: list[ShardSeries], failures: list[Exception]) -> None:
         """Hand `taken` to the SDK (see `_hand_over`); then each instrument not yet
         handing intervals into the SDK's aggregations looks for them."""
         if len(taken) > 1:
@@ -406,18 +435,6 @@ class CoalescingBuffer:
                     pending.learn_match()
 
 
-#: One thread's buffered values: instrument -> series key -> entry. An entry is
-#: [value, attributes as first given, mark, cap]: a gauge's mark is the `_order` number of
-#: its last value once several threads keep values in the buffer; otherwise the mark is 1
-#: once the series got a second value in the interval (0 before). A sum's mark is None,
-#: or, where the interval's first value went to the SDK at once, what the SDK then holds
-#: (its value is the interval's whole sum). A sum's value is `HANDED_OVER` while its
-#: values go to the SDK at once. A counter whose sum is an int may add ints up to its cap
-#: without spending its thread's int64 budget value by value (`_int64_room.grant_room`); every other
-#: entry's cap is `NO_ROOM`. A histogram's entry is [bucket counts (None for one value,
-#: `HANDED_OVER` while its values go at once), attributes, sum, min, max].
-_ShardSeries = dict["PendingInstrument", dict[frozenset[Any], list[Any]]]
-
 #: Orders gauge values across threads: the last one set wins, whichever thread set it.
 #: From 2: a mark of 1 says only "set again" (before a second thread came), which any
 #: order number set later beats.
@@ -446,64 +463,6 @@ def _record_now(direct: list[tuple[PendingInstrument, Any, Mapping[str, object] 
             pending.unmatched = pending.match is None
 
 
-class _ThreadToken:
-    """Lives in one thread's local storage for as long as that thread's state does."""
-
-    __slots__ = ("__weakref__",)
-
-
-class _Shard:
-    """One thread's buffered values; its lock is taken by that thread and by a flush."""
-
-    __slots__ = ("__weakref__", "_token", "ended", "int64_budgets", "lock", "series")
-
-    def __init__(self, token: _ThreadToken) -> None:
-        self.lock = threading.Lock()
-        self.series: _ShardSeries = {}
-        #: True once the thread's local storage was freed: it records here no more.
-        self.ended = False
-        self._token = weakref.ref(token, _ShardEnder(self))
-        #: Per sum instrument, how much magnitude of ints this thread may still add
-        #: before it takes more room from the instrument's int64 guard (see
-        #: `PendingInstrument`).
-        self.int64_budgets: dict[PendingInstrument, int] = {}
-
-    def take(self) -> _ShardSeries:
-        """Return the buffered values and start afresh; until the flush ends, each
-        instrument's taken series are in flight (see `PendingInstrument.may_record_now`)."""
-        if not self.series:  # a value kept by a call that returned is seen here
-            return {}
-        with self.lock:
-            series, self.series = self.series, {}
-            budgets = self.int64_budgets
-            for pending, kept in series.items():
-                pending.in_flight = kept
-                if (
-                    pending.holds_room
-                ):  # the room its entries hold goes back (`_int64_room.return_room`)
-                    unspent = 0
-                    for entry in kept.values():
-                        if entry[3] is not NO_ROOM:
-                            unspent += entry[3] - entry[0]
-                    if unspent:
-                        budgets[pending] = budgets.get(pending, 0) + unspent
-        return series
-
-
-class _ShardEnder:
-    """Marks a shard ended when its thread's token is freed (holds the shard weakly)."""
-
-    __slots__ = ("_shard",)
-
-    def __init__(self, shard: _Shard) -> None:
-        self._shard = weakref.ref(shard)
-
-    def __call__(self, _token: object) -> None:
-        shard = self._shard()
-        if shard is not None:
-            shard.ended = True
-
-
 def _hand_over_overflow(
     pending: PendingInstrument,
     entry: list[Any],
@@ -521,7 +480,7 @@ def _hand_over_overflow(
     direct.append((pending, value, entry[1]))
 
 
-def _keep_latest_gauge_values(taken: list[_ShardSeries]) -> None:
+def _keep_latest_gauge_values(taken: list[ShardSeries]) -> None:
     """Of a gauge series several threads set, keep only the value set last."""
     latest: dict[tuple[PendingInstrument, frozenset[Any]], list[Any]] = {}
     for series_by_instrument in taken:

@@ -69,7 +69,15 @@ from nemo.lens.instruments._hand_over import (
 )
 from nemo.lens.instruments._int64_room import NO_ROOM, grant_room, return_room, spend_int64
 from nemo.lens.instruments._series import SeriesAttributes, keyed
-from nemo.lens.instruments._shard import Shard, ShardSeries, ThreadToken, new_row
+from nemo.lens.instruments._shard import (
+    ROW_GAUGE,
+    ROW_HISTOGRAM,
+    ROW_SUM,
+    Shard,
+    ShardSeries,
+    ThreadToken,
+    new_row,
+)
 
 _logger = logging.getLogger(__name__)
 _warnings = WarnOnce(_logger, "record_metrics: coalesced recording")
@@ -201,22 +209,43 @@ class CoalescingBuffer:
             row = None if by_kept is None else by_kept[1].get(key)
             for name, value in items.items():
                 if row is not None and (hit := row.get(name)) is not None:
-                    # A series set before in this interval: a finite float replaces a
-                    # gauge's value; a counter's int within its room adds (see below).
-                    kept_entry, last_wins = hit
-                    if last_wins:
-                        if type(value) is float and value - value == 0:
+                    # A series kept before in this interval, as the full path below
+                    # keeps it: what needs more than a store goes that path still.
+                    kept_entry, row_kind, detail = hit
+                    value_type = type(value)
+                    if row_kind == ROW_GAUGE:
+                        if value_type is float and value - value == 0:
                             kept_entry[0] = value
                             if threaded:  # else its mark is 1 already: set again
                                 kept_entry[2] = next(_order)
                             continue
-                    elif (
-                        type(value) is int
-                        and value >= 0
-                        and kept_entry[3] is not NO_ROOM
-                        and (summed := kept_entry[0] + value) <= kept_entry[3]
-                    ):
-                        kept_entry[0] = summed
+                    elif row_kind == ROW_SUM:
+                        if value_type is int:  # a counter's, within the room it holds
+                            if (
+                                value >= 0
+                                and kept_entry[3] is not NO_ROOM
+                                and (summed := kept_entry[0] + value) <= kept_entry[3]
+                            ):
+                                kept_entry[0] = summed
+                                continue
+                        elif (
+                            value_type is float
+                            and detail <= value < _INFINITY
+                            and type(total := kept_entry[0]) is float
+                        ):
+                            summed = total + value
+                            if summed - summed == 0:
+                                kept_entry[0] = summed
+                                continue
+                    elif (value_type is float and 0 <= value < _INFINITY) or (
+                        value_type is int and 0 <= value <= INT64_MAX
+                    ):  # a histogram's, with its bucket counts
+                        kept_entry[0][bisect_left(detail, value)] += 1
+                        kept_entry[2] += value
+                        if value < kept_entry[3]:
+                            kept_entry[3] = value
+                        elif value > kept_entry[4]:
+                            kept_entry[4] = value
                         continue
                 entry = kept.get(name)
                 if entry is None:
@@ -242,7 +271,7 @@ class CoalescingBuffer:
                         if value_type is float:
                             if row is None:
                                 row = new_row(rows, kept, key)
-                            row[name] = (kept_entry, True)
+                            row[name] = (kept_entry, ROW_GAUGE, None)
                     elif key not in pending.known and pending.may_record_now(key):
                         direct.append((pending, value, attributes))
                         pending.remember(key)
@@ -257,7 +286,7 @@ class CoalescingBuffer:
                         kept_entry[0] = summed
                         if row is None:
                             row = new_row(rows, kept, key)
-                        row[name] = (kept_entry, False)
+                        row[name] = (kept_entry, ROW_SUM, lowest)
                         continue
                 if pending.histogram:
                     boundaries = pending.boundaries
@@ -287,6 +316,9 @@ class CoalescingBuffer:
                             kept_entry[3] = value
                         elif value > kept_entry[4]:
                             kept_entry[4] = value
+                        if row is None:
+                            row = new_row(rows, kept, key)
+                        row[name] = (kept_entry, ROW_HISTOGRAM, boundaries)
                     continue
                 if value_type is int:
                     if not pending.passed_int64:
@@ -334,8 +366,13 @@ class CoalescingBuffer:
                 summed = total + value
                 if summed - summed == 0:
                     kept_entry[0] = summed
-                    if type(summed) is int and pending.holds_room:
-                        grant_room(budgets, pending, kept_entry)
+                    if type(summed) is int:
+                        if pending.holds_room:
+                            grant_room(budgets, pending, kept_entry)
+                    else:
+                        if row is None:
+                            row = new_row(rows, kept, key)
+                        row[name] = (kept_entry, ROW_SUM, lowest)
                     continue
                 _hand_over_overflow(pending, kept_entry, value, direct)
         finally:

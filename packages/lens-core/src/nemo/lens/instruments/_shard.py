@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from nemo.lens.instruments._int64_room import NO_ROOM
 
@@ -28,9 +28,13 @@ from nemo.lens.instruments._int64_room import NO_ROOM
 #: (Its instruments are `_coalesce.PendingInstrument`s, which import this module.)
 ShardSeries = dict[Any, dict[frozenset[Any], list[Any]]]
 
-#: A call's view of its series' entries in a shard: key -> (entry, True for a gauge, False
-#: for a counter).
-Row = dict[str, tuple[list[Any], bool]]
+#: A call's view of its series' entries in a shard: key -> (entry, its kind, a detail): a
+#: gauge's (no detail), a sum's (the lowest value its kind takes) or a histogram's whose
+#: entry holds bucket counts (the boundaries).
+Row = dict[str, tuple[list[Any], int, Any]]
+ROW_GAUGE: Final = 0
+ROW_SUM: Final = 1
+ROW_HISTOGRAM: Final = 2
 
 
 def new_row(

@@ -202,8 +202,6 @@ class CoalescingBuffer:
         lock = shard.lock
         lock.acquire()  # not `with`: that costs a lock ~80 ns more per hold
         try:
-            shard_series = shard.series
-            budgets = shard.int64_budgets
             rows = shard.rows
             by_kept = rows.get(id(kept))
             row = None if by_kept is None else by_kept[1].get(key)
@@ -260,9 +258,9 @@ class CoalescingBuffer:
                 elif value_type is not int or not lowest <= value <= INT64_MAX:
                     rest[name] = value
                     continue
-                series = shard_series.get(pending)
+                series = shard.series.get(pending)
                 if series is None:
-                    series = shard_series[pending] = {}
+                    series = shard.series[pending] = {}
                 kept_entry = series.get(key)
                 if pending.last_wins:
                     if kept_entry is not None:
@@ -351,7 +349,7 @@ class CoalescingBuffer:
                     else:
                         kept_entry = series[key] = [value, attributes, None, NO_ROOM]
                     if type(kept_entry[0]) is int and pending.holds_room:
-                        grant_room(budgets, pending, kept_entry)
+                        grant_room(shard.int64_budgets, pending, kept_entry)
                     continue
                 total = kept_entry[0]
                 if total is HANDED_OVER:
@@ -362,13 +360,13 @@ class CoalescingBuffer:
                     total = sent  # what the SDK holds: the interval is kept from here on
                     kept_entry[0] = sent
                 if kept_entry[3] is not NO_ROOM:  # a float joins a counter's int sum
-                    return_room(budgets, pending, kept_entry)
+                    return_room(shard.int64_budgets, pending, kept_entry)
                 summed = total + value
                 if summed - summed == 0:
                     kept_entry[0] = summed
                     if type(summed) is int:
                         if pending.holds_room:
-                            grant_room(budgets, pending, kept_entry)
+                            grant_room(shard.int64_budgets, pending, kept_entry)
                     else:
                         if row is None:
                             row = new_row(rows, kept, key)

@@ -131,6 +131,8 @@ def record_metrics(
             # are, under one lock; the rest (a first record, a value to check or convert)
             # take the path below.
             items = keeper.keep_call(cache.kept, items, attributes)
+            if not items:
+                return
         for key, value in items.items():
             try:
                 emit, emit_int, lowest = emitters[key]

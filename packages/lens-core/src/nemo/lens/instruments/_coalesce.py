@@ -206,11 +206,11 @@ class CoalescingBuffer:
             by_kept = rows.get(id(kept))
             row = None if by_kept is None else by_kept[1].get(key)
             for name, value in items.items():
+                value_type = type(value)
                 if row is not None and (hit := row.get(name)) is not None:
                     # A series kept before in this interval, as the full path below
                     # keeps it: what needs more than a store goes that path still.
                     kept_entry, row_kind, detail = hit
-                    value_type = type(value)
                     if row_kind == ROW_GAUGE:
                         if value_type is float and value - value == 0:
                             kept_entry[0] = value
@@ -250,7 +250,6 @@ class CoalescingBuffer:
                     rest[name] = value
                     continue
                 pending, lowest = entry
-                value_type = type(value)
                 if value_type is float:
                     if not lowest <= value < _INFINITY:
                         rest[name] = value
